@@ -1,0 +1,79 @@
+"""Bit-level conversions as LLVM intrinsics (vectorisable), with NumPy fallbacks.
+
+float16 tensors live in device memory as uint16 bit patterns because Numba has no float16
+type; codelets widen them to float32 with :func:`f16_to_f32` and narrow with :func:`f32_to_f16`
+(round to nearest even), which compile to single ``vcvtph2ps``/``vcvtps2ph`` instructions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from popjit import config
+
+
+def _py_f16_to_f32(x):  # noqa: ANN001, ANN202
+    return np.float32(np.uint16(x).view(np.float16))
+
+
+def _py_f32_to_f16(x):  # noqa: ANN001, ANN202
+    return np.float16(np.float32(x)).view(np.uint16)
+
+
+def _py_f32_from_bits(x):  # noqa: ANN001, ANN202
+    return np.int32(x).view(np.float32)
+
+
+def _py_f32_bits(x):  # noqa: ANN001, ANN202
+    return np.float32(x).view(np.int32)
+
+
+if config.get("DISABLE_NUMBA"):
+    f16_to_f32 = _py_f16_to_f32
+    f32_to_f16 = _py_f32_to_f16
+    f32_from_bits = _py_f32_from_bits
+    f32_bits = _py_f32_bits
+else:
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def f16_to_f32(typingctx, x):  # noqa: ANN001, ANN201
+        """uint16 bit pattern of a half → float32."""
+        sig = types.float32(types.uint16)
+
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+        return sig, codegen
+
+    @intrinsic
+    def f32_to_f16(typingctx, x):  # noqa: ANN001, ANN201
+        """float32 → uint16 bit pattern of the nearest half."""
+        sig = types.uint16(types.float32)
+
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+
+        return sig, codegen
+
+    @intrinsic
+    def f32_from_bits(typingctx, x):  # noqa: ANN001, ANN201
+        """Reinterpret an int32 bit pattern as float32."""
+        sig = types.float32(types.int32)
+
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            return builder.bitcast(args[0], ir.FloatType())
+
+        return sig, codegen
+
+    @intrinsic
+    def f32_bits(typingctx, x):  # noqa: ANN001, ANN201
+        """The int32 bit pattern of a float32."""
+        sig = types.int32(types.float32)
+
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            return builder.bitcast(args[0], ir.IntType(32))
+
+        return sig, codegen

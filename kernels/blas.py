@@ -1,0 +1,58 @@
+"""BLAS ``sgemm``/``dgemm`` for matmul codelets, callable from nopython code.
+
+We bind the CBLAS entry points of the OpenBLAS that NumPy itself ships (so a popjit matmul runs
+exactly as fast as ``numpy.matmul``), and register them with LLVM as named symbols: codelets
+call them through ``numba.types.ExternalFunction``, which keeps compiled engines cacheable on
+disk. ``HAVE_CBLAS`` is False when NumPy was built against another BLAS; matmul then falls back
+to Numba's ``np.dot``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+
+import numpy as np
+
+from popjit import config
+
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
+
+
+def _numpy_openblas() -> ctypes.CDLL | None:
+    libs = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+    for path in sorted(glob.glob(os.path.join(libs, "libscipy_openblas64*"))):
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    return None
+
+
+def _bind() -> tuple[object, object] | None:
+    lib = _numpy_openblas()
+    if lib is None or not hasattr(lib, "scipy_cblas_sgemm64_"):
+        return None
+    import llvmlite.binding as llvm
+    from numba import types
+
+    i32, i64, ptr = types.int32, types.int64, types.uintp
+    fns = []
+    for sym, real in (("scipy_cblas_sgemm64_", types.float32), ("scipy_cblas_dgemm64_", types.float64)):
+        name = f"popjit_{sym}"
+        llvm.add_symbol(name, ctypes.cast(getattr(lib, sym), ctypes.c_void_p).value)
+        sig = types.void(i32, i32, i32, i64, i64, i64, real, ptr, i64, ptr, i64, real, ptr, i64)
+        fns.append(types.ExternalFunction(name, sig))
+    return fns[0], fns[1]
+
+
+_bound = None
+if not config.get("DISABLE_NUMBA"):
+    try:
+        _bound = _bind()
+    except Exception:  # noqa: BLE001  (any binding failure means: use the np.dot fallback)
+        _bound = None
+
+HAVE_CBLAS = _bound is not None
+cblas_sgemm, cblas_dgemm = _bound if _bound else (None, None)

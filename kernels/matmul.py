@@ -1,0 +1,81 @@
+"""Matmul codelets: batched ``out[b] = op(a[b]) @ op(b[b])`` on flat row-major buffers.
+
+On the virtual IPU a matmul is many partial-product vertices (the schedule accounts for them);
+they form one regular block, so the engine runs them as one call: BLAS for float32/float64
+(the same OpenBLAS NumPy uses), a plain triple loop for integers, float32 BLAS with widening
+for float16.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .bits import f16_to_f32, f32_to_f16
+from .blas import HAVE_CBLAS, NO_TRANS, ROW_MAJOR, TRANS, cblas_dgemm, cblas_sgemm
+from .jit import codelet
+
+if HAVE_CBLAS:
+
+    @codelet
+    def matmul_f32(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):  # noqa: ANN001, ANN201
+        lda = m if ta else k
+        ldb = k if tb else n
+        for i in range(batch):
+            cblas_sgemm(ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, np.float32(1.0),
+                        a[i * a_bs:].ctypes.data, lda, b[i * b_bs:].ctypes.data, ldb, np.float32(0.0),
+                        out[i * m * n:].ctypes.data, n)
+        return 0
+
+    @codelet
+    def matmul_f64(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):  # noqa: ANN001, ANN201
+        lda = m if ta else k
+        ldb = k if tb else n
+        for i in range(batch):
+            cblas_dgemm(ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, 1.0,
+                        a[i * a_bs:].ctypes.data, lda, b[i * b_bs:].ctypes.data, ldb, 0.0,
+                        out[i * m * n:].ctypes.data, n)
+        return 0
+
+else:
+
+    @codelet
+    def _mm_dot(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):  # noqa: ANN001, ANN201
+        for i in range(batch):
+            am = a[i * a_bs:i * a_bs + m * k]
+            bm = b[i * b_bs:i * b_bs + k * n]
+            A = np.ascontiguousarray(am.reshape((k, m)).T) if ta else am.reshape((m, k))
+            B = np.ascontiguousarray(bm.reshape((n, k)).T) if tb else bm.reshape((k, n))
+            out[i * m * n:(i + 1) * m * n] = np.dot(A, B).reshape(m * n)
+        return 0
+
+    matmul_f32 = matmul_f64 = _mm_dot
+
+
+@codelet
+def matmul_int(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):  # noqa: ANN001, ANN201
+    for bi in range(batch):
+        ao, bo, oo = bi * a_bs, bi * b_bs, bi * m * n
+        for i in range(m):
+            for j in range(n):
+                acc = 0
+                for p in range(k):
+                    x = a[ao + (p * m + i if ta else i * k + p)]
+                    y = b[bo + (j * k + p if tb else p * n + j)]
+                    acc += x * y
+                out[oo + i * n + j] = acc
+    return 0
+
+
+@codelet
+def matmul_f16(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):  # noqa: ANN001, ANN201
+    aw = np.empty(a.size, np.float32)
+    bw = np.empty(b.size, np.float32)
+    ow = np.empty(out.size, np.float32)
+    for i in range(a.size):
+        aw[i] = f16_to_f32(a[i])
+    for i in range(b.size):
+        bw[i] = f16_to_f32(b[i])
+    matmul_f32(ow, aw, bw, batch, m, n, k, ta, tb, a_bs, b_bs)
+    for i in range(out.size):
+        out[i] = f32_to_f16(ow[i])
+    return 0

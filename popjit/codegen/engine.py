@@ -1,0 +1,140 @@
+"""Loop-IR program → one engine function (Numba source) that runs the whole program natively.
+
+    def engine(B0, B1, B2, P, F):          # argument, variable, constant and result buffers
+        t0 = np.empty(P[0], np.float32)    # temporaries, sized from P
+        for _ in range(P[1]):               # Repeat: a native loop
+            k_3f2a(t0, B0, P[2], F[0])      # a codelet call per compute set
+            t0[:] = ...
+        return 0
+
+Like codelets, the engine's text depends only on the program's structure: every size, count
+and constant is read from the ``P`` (int64) and ``F`` (float64) arrays, filled per program.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from popjit import config, dtypes
+from popjit.codegen.render import Rendered, render_kernel
+from popjit.dtypes import DType
+from popjit.loop.ir import Buffer, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, While
+
+
+@dataclass
+class EngineSource:
+    """Everything needed to build and call one engine."""
+
+    source: str
+    name: str
+    codelets: dict[str, Rendered]
+    arguments: list[Buffer]  # the engine's buffer parameters, in order
+    ints: np.ndarray
+    floats: np.ndarray
+    matmul_kernels: set[str] = field(default_factory=set)
+
+
+def storage_dtype(dtype: DType) -> np.dtype:
+    """How a dtype is stored in engine buffers (float16 as its uint16 bit pattern)."""
+    return np.dtype(np.uint16) if dtype == dtypes.float16 else dtype.np
+
+
+def _np_name(dtype: DType) -> str:
+    return f"np.{storage_dtype(dtype).name}"
+
+
+def matmul_codelet(dtype: DType) -> str:
+    if dtype == dtypes.float32:
+        return "matmul_f32"
+    if dtype == dtypes.float64:
+        return "matmul_f64"
+    if dtype == dtypes.float16:
+        return "matmul_f16"
+    return "matmul_int"
+
+
+class _Emitter:
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.ints: list[int] = []
+        self.floats: list[float] = []
+        self.codelets: dict[str, Rendered] = {}
+        self.matmuls: set[str] = set()
+        self.names: dict[int, str] = {}
+        args = [*program.args, *program.variables, *program.consts, *program.outs]
+        for k, b in enumerate(args):
+            self.names[b.uid] = f"B{k}"
+        for k, b in enumerate(program.temps):
+            self.names[b.uid] = f"t{k}"
+        self.arguments = args
+        self.loop_depth = 0
+
+    def int(self, v: int) -> str:
+        self.ints.append(int(v))
+        return f"P[{len(self.ints) - 1}]"
+
+    def float(self, v: float) -> str:
+        self.floats.append(float(v))
+        return f"F[{len(self.floats) - 1}]"
+
+    def buf(self, b: Buffer) -> str:
+        return self.names[b.uid]
+
+    def block(self, stmts: list[Stmt], ind: int) -> list[str]:
+        out: list[str] = []
+        for s in stmts:
+            out.extend(self.stmt(s, ind))
+        return out or ["    " * ind + "pass"]
+
+    def stmt(self, s: Stmt, ind: int) -> list[str]:
+        pad = "    " * ind
+        if isinstance(s, Kernel):
+            parallel = s.size >= config.get("PARALLEL_MIN_ELEMENTS") and not config.get("DISABLE_NUMBA")
+            r = render_kernel(s, parallel)
+            self.codelets[r.func] = r
+            args = [self.buf(b) for b in r.buffers] + [self.int(v) for v in r.ints] + [self.float(v) for v in r.floats]
+            return [f"{pad}{r.func}({', '.join(args)})  # {s.name}"]
+        if isinstance(s, MatMul):
+            fn = matmul_codelet(s.out.dtype)
+            self.matmuls.add(fn)
+            nums = [s.batch, s.m, s.n, s.k]
+            args = [self.buf(s.out), self.buf(s.a), self.buf(s.b), *map(self.int, nums),
+                    str(bool(s.ta)), str(bool(s.tb)), self.int(s.a_batch_stride), self.int(s.b_batch_stride)]
+            return [f"{pad}{fn}({', '.join(args)})  # {s.name}"]
+        if isinstance(s, Copy):
+            return [f"{pad}{self.buf(s.dst)}[:] = {self.buf(s.src)}"]
+        if isinstance(s, Repeat):
+            self.loop_depth += 1
+            lines = [f"{pad}for _r{self.loop_depth} in range({self.int(s.count)}):", *self.block(s.body, ind + 1)]
+            self.loop_depth -= 1
+            return lines
+        if isinstance(s, While):
+            self.loop_depth += 1
+            n = f"_n{self.loop_depth}"
+            lines = [f"{pad}{n} = 0", f"{pad}while True:", *self.block(s.cond, ind + 1),
+                     f"{pad}    if not {self.buf(s.pred)}[0]:", f"{pad}        break"]
+            if s.max_iterations is not None:
+                lines += [f"{pad}    if {n} >= {self.int(s.max_iterations)}:", f"{pad}        break"]
+            lines += [*self.block(s.body, ind + 1), f"{pad}    {n} += 1"]
+            self.loop_depth -= 1
+            return lines
+        if isinstance(s, If):
+            return [f"{pad}if {self.buf(s.pred)}[0]:", *self.block(s.then, ind + 1), f"{pad}else:",
+                    *self.block(s.orelse, ind + 1)]
+        raise TypeError(f"engine: unknown statement {s!r}")
+
+
+def render_engine(program: Program) -> EngineSource:
+    """Render ``program`` as an engine function plus the codelets it calls."""
+    em = _Emitter(program)
+    temps = [f"    {em.buf(b)} = np.empty({em.int(b.size)}, {_np_name(b.dtype)})" for b in program.temps]
+    body = em.block(program.body, 1)
+    params = ", ".join([*(em.buf(b) for b in em.arguments), "P", "F"])
+    text = "\n".join([f"def engine({params}):", *temps, *body, "    return 0", ""])
+    name = "e_" + hashlib.sha256(text.encode()).hexdigest()[:20]
+    text = text.replace("def engine(", f"def {name}(", 1)
+    return EngineSource(text, name, em.codelets, em.arguments, np.array(em.ints, dtype=np.int64),
+                        np.array(em.floats, dtype=np.float64), em.matmuls)

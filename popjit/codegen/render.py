@@ -1,0 +1,362 @@
+"""Loop-IR kernel → Numba codelet source.
+
+A codelet's source depends on the kernel's *structure* (its expression tree, dtypes, ranks,
+which strides are 0 or 1) and never on its sizes: every integer other than 0 and 1 and every
+float constant becomes a parameter (``p<k>`` ints, ``f<k>`` floats). Two kernels that differ only
+in sizes therefore render to the same text and share one compiled function; the caller passes
+the numbers.
+
+Codelet signature: ``def codelet(b0, b1, ..., p0, p1, ..., f0, ...)`` where ``b`` are flat
+buffers (float16 as uint16 bit patterns), ``p`` int64 and ``f`` float64 scalars.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from popjit import dtypes
+from popjit.dtypes import DType
+from popjit.loop.ir import (
+    Apply,
+    Buffer,
+    Const,
+    Expr,
+    IAtom,
+    IDiv,
+    ILin,
+    IMax,
+    IMin,
+    IMod,
+    IndexValue,
+    IValue,
+    IVar,
+    Kernel,
+    Load,
+)
+from popjit.ops import registry
+
+HEADER = """import numpy as np
+from numba import prange
+from popjit.kernels import math as km
+from popjit.kernels.bits import f16_to_f32, f32_to_f16
+"""
+CHUNK = 1 << 14
+
+
+@dataclass
+class Rendered:
+    """A codelet: its source, the name of its function, and the actual arguments to pass."""
+
+    source: str
+    func: str
+    buffers: list[Buffer]
+    ints: list[int]
+    floats: list[float]
+    parallel: bool = False
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()[:20]
+
+
+@dataclass
+class _Params:
+    ints: list[int] = field(default_factory=list)
+    floats: list[float] = field(default_factory=list)
+    buffers: list[Buffer] = field(default_factory=list)
+
+    def int(self, v: int) -> str:
+        v = int(v)
+        if v in (0, 1):
+            return str(v)
+        self.ints.append(v)
+        return f"p{len(self.ints) - 1}"
+
+    def float(self, v: float) -> str:
+        self.floats.append(float(v))
+        return f"f{len(self.floats) - 1}"
+
+    def buf(self, b: Buffer) -> str:
+        for k, x in enumerate(self.buffers):
+            if x is b:
+                return f"b{k}"
+        self.buffers.append(b)
+        return f"b{len(self.buffers) - 1}"
+
+
+def compute_type(dtype: DType) -> str:
+    """The Numba scalar constructor of a dtype's compute form (float16 computes as float32)."""
+    if dtype.is_floating:
+        return "np.float32" if dtype != dtypes.float64 else "np.float64"
+    if dtype.is_bool:
+        return "bool"
+    return f"np.{dtype.np.name}"
+
+
+class _Body:
+    """Renders expressions as a sequence of SSA assignments, one per distinct subexpression."""
+
+    def __init__(self, params: _Params, hoisted: list[str]) -> None:
+        self.params = params
+        self.lines: list[str] = []
+        self.memo: dict[Any, str] = {}
+        self.hoisted = hoisted
+        self.hoist_memo: dict[Any, str] = {}
+
+    def tmp(self, code: str, key: Any) -> str:
+        if key in self.memo:
+            return self.memo[key]
+        name = f"v{len(self.memo)}"
+        self.memo[key] = name
+        self.lines.append(f"{name} = {code}")
+        return name
+
+    def hoist(self, code: str, key: Any) -> str:
+        if key not in self.hoist_memo:
+            name = f"c{len(self.hoist_memo)}"
+            self.hoist_memo[key] = name
+            self.hoisted.append(f"{name} = {code}")
+        return self.hoist_memo[key]
+
+    # index expressions -------------------------------------------------------------------------
+    def index(self, ix: ILin) -> str:
+        parts = []
+        for atom, c in ix.terms:
+            a = self.atom(atom)
+            if c == 1:
+                parts.append(a)
+            elif c == -1:
+                parts.append(f"-{a}")
+            else:
+                parts.append(f"{a}*{self.params.int(c)}" if c > 0 else f"-{a}*{self.params.int(-c)}")
+        if ix.const or not parts:
+            parts.append(self.params.int(ix.const) if ix.const >= 0 else f"-{self.params.int(-ix.const)}")
+        return " + ".join(parts).replace("+ -", "- ")
+
+    def atom(self, a: IAtom) -> str:
+        if isinstance(a, IVar):
+            return a.name
+        if isinstance(a, IDiv):
+            return f"(({self.index(a.x)}) // {self.params.int(a.c)})"
+        if isinstance(a, IMod):
+            return f"(({self.index(a.x)}) % {self.params.int(a.c)})"
+        if isinstance(a, IMin):
+            return f"min({self.index(a.a)}, {self.index(a.b)})"
+        if isinstance(a, IMax):
+            return f"max({self.index(a.a)}, {self.index(a.b)})"
+        if isinstance(a, IValue):
+            return f"int({self.expr(a.expr)})"
+        raise TypeError(a)
+
+    # value expressions -------------------------------------------------------------------------
+    def expr(self, e: Expr) -> str:
+        if e in self.memo:
+            return self.memo[e]
+        if isinstance(e, Load):
+            ref = f"{self.params.buf(e.buf)}[{self.index(e.index)}]"
+            code = f"f16_to_f32({ref})" if e.buf.dtype == dtypes.float16 else ref
+            return self.tmp(code, e)
+        if isinstance(e, Const):
+            return self.const(e.value, e.dtype)
+        if isinstance(e, IndexValue):
+            code = self.index(e.index)
+            return self.tmp(code if not e.dtype.is_floating else f"{compute_type(e.dtype)}({code})", e)
+        if isinstance(e, Apply):
+            args = [self.expr(a) for a in e.args]
+            op = registry.get(e.op)
+            in_dtype = e.args[1].dtype if e.op == "select" else e.args[0].dtype
+            code = registry.facet(op, "scalar")(args, in_dtype, **e.attr_dict)
+            if e.dtype.is_floating and not (e.args and e.args[-1].dtype.is_floating and e.op != "cast"):
+                code = f"{compute_type(e.dtype)}({code})"
+            return self.tmp(code, e)
+        raise TypeError(e)
+
+    def const(self, value: Any, dtype: DType) -> str:
+        if dtype.is_bool:
+            return "True" if value else "False"
+        if dtype.is_floating:
+            return self.hoist(f"{compute_type(dtype)}({self.params.float(value)})", ("f", float(value), dtype.name))
+        return self.hoist(f"{compute_type(dtype)}({self.params.int(int(value))})", ("i", int(value), dtype.name))
+
+    def store_value(self, buf: Buffer, value: str) -> str:
+        if buf.dtype == dtypes.float16:
+            return f"f32_to_f16({value})"
+        if buf.dtype.is_floating:
+            return f"{compute_type(buf.dtype)}({value})"
+        if buf.dtype.is_bool:
+            return f"bool({value})"
+        return f"{compute_type(buf.dtype)}({value})"
+
+
+def _indent(lines: list[str], n: int) -> list[str]:
+    return [" " * (4 * n) + ln for ln in lines]
+
+
+def _loops(names: list[str], sizes: list[str]) -> tuple[list[str], int]:
+    lines = [" " * (4 * k) + f"for {n} in range({s}):" for k, (n, s) in enumerate(zip(names, sizes))]
+    return lines, len(names)
+
+
+_INIT = {
+    "sum": "0", "prod": "1", "any": "False", "all": "True",
+}
+
+
+def _reduce_init(op: str, dtype: DType) -> str:
+    if op in _INIT:
+        v = _INIT[op]
+        return f"{compute_type(dtype)}({v})" if op in ("sum", "prod") else v
+    if op in ("max", "argmax"):
+        return "np.float32(-np.inf)" if dtype.is_floating else f"{dtype.min}"
+    if op in ("min", "argmin"):
+        return "np.float32(np.inf)" if dtype.is_floating else f"{dtype.max}"
+    raise ValueError(op)
+
+
+def _combine(op: str, acc: str, v: str, dtype: DType) -> str:
+    if op == "sum":
+        return f"{acc} + {v}"
+    if op == "prod":
+        return f"{acc} * {v}"
+    if op == "max":
+        return f"km.fmax({acc}, {v})" if dtype.is_floating else f"max({acc}, {v})"
+    if op == "min":
+        return f"km.fmin({acc}, {v})" if dtype.is_floating else f"min({acc}, {v})"
+    if op == "any":
+        return f"{acc} or {v}"
+    if op == "all":
+        return f"{acc} and {v}"
+    raise ValueError(op)
+
+
+def _acc_type(op: str, dtype: DType) -> DType:
+    if op in ("sum", "prod") and dtype.is_integer:
+        return dtypes.int64
+    return dtype
+
+
+def render_kernel(k: Kernel, parallel: bool = False) -> Rendered:
+    """Render a kernel as a Numba codelet. ``parallel`` splits the outermost loop over threads."""
+    params = _Params()
+    hoisted: list[str] = []
+    if k.reduce is None:
+        lines = _render_elementwise(k, params, hoisted, parallel)
+    elif k.reduce.mode == "scan":
+        lines = _render_scan(k, params, hoisted)
+        parallel = False
+    elif k.reduce.op in ("argmax", "argmin"):
+        lines = _render_argreduce(k, params, hoisted)
+        parallel = False
+    else:
+        lines = _render_reduce(k, params, hoisted, parallel)
+    args = [f"b{i}" for i in range(len(params.buffers))]
+    args += [f"p{i}" for i in range(len(params.ints))] + [f"f{i}" for i in range(len(params.floats))]
+    body = _indent(hoisted, 1) + _indent(lines, 1) + ["    return 0"]
+    sig_dtypes = ", ".join(f"{b.dtype.short}" for b in params.buffers)
+    text = f"def codelet({', '.join(args)}):\n    # buffers: {sig_dtypes}\n" + "\n".join(body) + "\n"
+    name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:20]
+    text = text.replace("def codelet(", f"def {name}(", 1)
+    return Rendered(text, name, params.buffers, params.ints, params.floats, parallel)
+
+
+def _domain_loops(k: Kernel, params: _Params, parallel: bool) -> tuple[list[str], int]:
+    """Loop headers over the kernel's domain; the outermost one chunked over threads if ``parallel``."""
+    names = [f"i{j}" for j in range(len(k.domain))]
+    sizes = [params.int(d) for d in k.domain]
+    if not names:
+        return [], 0
+    if not parallel:
+        return _loops(names, sizes)
+    n0 = sizes[0]
+    head = [
+        f"for ch in prange(({n0} + {CHUNK - 1}) // {CHUNK}):",
+        f"    lo = ch * {CHUNK}",
+        f"    for j0 in range(min({CHUNK}, {n0} - lo)):",
+        "        i0 = lo + j0",
+    ]
+    rest, depth = _loops(names[1:], sizes[1:])
+    return head + _indent(rest, 2), depth + 2
+
+
+def _render_elementwise(k: Kernel, params: _Params, hoisted: list[str], parallel: bool) -> list[str]:
+    head, depth = _domain_loops(k, params, parallel)
+    body = _Body(params, hoisted)
+    values = [(s, body.expr(s.value)) for s in k.stores]
+    stores = [f"{params.buf(s.buf)}[{body.index(s.index)}] = {body.store_value(s.buf, v)}" for s, v in values]
+    return head + _indent(body.lines + stores, depth)
+
+
+def _inner_reduce(k: Kernel) -> bool:
+    """Reduce in registers (reduction loops innermost) unless a kept axis is the unit-stride one."""
+    (store,) = k.stores
+    innermost_kept = f"i{len(k.domain) - 1}" if k.domain else None
+    for ld in store.value.loads():
+        for atom, c in ld.index.terms:
+            if c == 1 and isinstance(atom, IVar) and atom.name == innermost_kept:
+                return False
+    return True
+
+
+def _render_reduce(k: Kernel, params: _Params, hoisted: list[str], parallel: bool) -> list[str]:
+    assert k.reduce is not None
+    (store,) = k.stores
+    op, rdomain = k.reduce.op, k.reduce.rdomain
+    acc_t = _acc_type(op, store.value.dtype)
+    rnames = [f"r{j}" for j in range(len(rdomain))]
+    if _inner_reduce(k) or not k.domain:
+        head, depth = _domain_loops(k, params, parallel)
+        rloops, rdepth = _loops(rnames, [params.int(d) for d in rdomain])
+        body = _Body(params, hoisted)
+        v = body.expr(store.value)
+        inner = body.lines + [f"acc = {_combine(op, 'acc', v, acc_t)}"]
+        out = f"{params.buf(store.buf)}[{body.index(store.index)}] = {body.store_value(store.buf, 'acc')}"
+        return head + _indent([f"acc = {_reduce_init(op, acc_t)}", *rloops, *_indent(inner, rdepth), out], depth)
+    # Kept axis is contiguous: accumulate whole output rows (vectorises along the kept axis).
+    n = params.int(k.size)
+    body = _Body(params, hoisted)
+    v = body.expr(store.value)
+    idx = body.index(store.index)
+    head, depth = _loops([f"i{j}" for j in range(len(k.domain))], [params.int(d) for d in k.domain])
+    rloops, rdepth = _loops(rnames, [params.int(d) for d in rdomain])
+    acc_np = "np.float32" if acc_t.is_floating else ("np.bool_" if acc_t.is_bool else "np.int64")
+    init = [f"acc = np.empty({n}, {acc_np})", f"for q in range({n}):", f"    acc[q] = {_reduce_init(op, acc_t)}"]
+    update = body.lines + [f"acc[{idx}] = {_combine(op, f'acc[{idx}]', v, acc_t)}"]
+    store_body = _Body(params, hoisted)
+    sidx = store_body.index(store.index)
+    final = head + _indent([f"{params.buf(store.buf)}[{sidx}] = {store_body.store_value(store.buf, f'acc[{sidx}]')}"],
+                           depth)
+    return init + rloops + _indent(head + _indent(update, depth), rdepth) + final
+
+
+def _render_argreduce(k: Kernel, params: _Params, hoisted: list[str]) -> list[str]:
+    assert k.reduce is not None
+    (store,) = k.stores
+    better = ">" if k.reduce.op == "argmax" else "<"
+    head, depth = _domain_loops(k, params, False)
+    n = params.int(k.reduce.rdomain[0])
+    body = _Body(params, hoisted)
+    v = body.expr(store.value)
+    init = _reduce_init(k.reduce.op, store.value.dtype)
+    nan = store.value.dtype.is_floating
+    cond = f"({v} {better} best or ({v} != {v} and best == best))" if nan else f"{v} {better} best"
+    inner = [*body.lines, f"if {cond}:", f"    best = {v}", "    bi = r0"]
+    out = f"{params.buf(store.buf)}[{body.index(store.index)}] = {body.store_value(store.buf, 'bi')}"
+    return head + _indent([f"best = {init}", "bi = 0", f"for r0 in range({n}):", *_indent(inner, 1), out], depth)
+
+
+def _render_scan(k: Kernel, params: _Params, hoisted: list[str]) -> list[str]:
+    assert k.reduce is not None
+    (store,) = k.stores
+    head, depth = _domain_loops(k, params, False)
+    n = params.int(k.reduce.rdomain[0])
+    acc_t = _acc_type("sum", store.value.dtype)
+    body = _Body(params, hoisted)
+    v = body.expr(store.value)
+    out = f"{params.buf(store.buf)}[{body.index(store.index)}] = {body.store_value(store.buf, 'acc')}"
+    step = [f"acc = acc + {v}", out] if not k.reduce.exclusive else [out, f"acc = acc + {v}"]
+    r0 = f"({n} - 1 - rr)" if k.reduce.reverse else "rr"
+    inner = [f"r0 = {r0}", *body.lines, *step]
+    return head + _indent([f"acc = {_reduce_init('sum', acc_t)}", f"for rr in range({n}):", *_indent(inner, 1)],
+                          depth)

@@ -1,0 +1,84 @@
+"""Every popjit setting, declared once, read from ``POPJIT_*`` environment variables.
+
+    from popjit import config
+    config.DEBUG                      # current value
+    with config.context(DEBUG=3):     # override for a block
+        ...
+
+See ``docs/env_vars.md`` for the table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+def _bool(s: str) -> bool:
+    return s.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its environment variable, parser, default and meaning."""
+
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    doc: str
+
+    @property
+    def env(self) -> str:
+        return f"POPJIT_{self.name}"
+
+
+SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in [
+        Setting("DEBUG", int, 0, "1 compile summary, 2 graph IR, 3 loop IR, 4 tile schedule, 5 codelet source, "
+                "6 engine source, 7 LLVM assembly of the hot codelets"),
+        Setting("DISABLE_NUMBA", _bool, False, "run codelets and the engine as plain Python (debuggable with pdb)"),
+        Setting("NUM_IPUS", int, 16, "virtual IPUs in the system"),
+        Setting("CACHE_DIR", str, str(Path.home() / ".cache" / "popjit"),
+                "where generated Numba modules and their machine code are cached"),
+        Setting("CHECKS", _bool, False, "verify every IR after every pass"),
+        Setting("THREADS", int, 0, "threads for large element-wise codelets (0: all cores)"),
+        Setting("PARALLEL_MIN_ELEMENTS", int, 1 << 18,
+                "element-wise codelets at least this large run on all threads"),
+    ]
+}
+
+_overrides: list[dict[str, Any]] = []
+
+
+def get(name: str) -> Any:
+    """Current value of a setting: innermost ``context`` override, else environment, else default."""
+    for layer in reversed(_overrides):
+        if name in layer:
+            return layer[name]
+    s = SETTINGS[name]
+    raw = os.environ.get(s.env)
+    return s.default if raw is None or raw == "" else s.parse(raw)
+
+
+@contextlib.contextmanager
+def context(**overrides: Any) -> Iterator[None]:
+    """Override settings inside a ``with`` block."""
+    unknown = set(overrides) - set(SETTINGS)
+    if unknown:
+        raise ValueError(f"Unknown popjit setting(s): {sorted(unknown)}; known: {sorted(SETTINGS)}")
+    _overrides.append(overrides)
+    try:
+        yield
+    finally:
+        _overrides.pop()
+
+
+def __getattr__(name: str) -> Any:
+    if name in SETTINGS:
+        return get(name)
+    raise AttributeError(name)

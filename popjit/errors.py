@@ -1,0 +1,77 @@
+"""``tf.errors``-style exception classes.
+
+Every error a user can trigger is one of these (or a ``TypeError``/``ValueError`` where
+TensorFlow and Graphcore's SDK raise those), with a message that says what went wrong, where in
+the user's code, and what to do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+OK = 0
+CANCELLED = 1
+UNKNOWN = 2
+INVALID_ARGUMENT = 3
+DEADLINE_EXCEEDED = 4
+NOT_FOUND = 5
+ALREADY_EXISTS = 6
+PERMISSION_DENIED = 7
+RESOURCE_EXHAUSTED = 8
+FAILED_PRECONDITION = 9
+ABORTED = 10
+OUT_OF_RANGE = 11
+UNIMPLEMENTED = 12
+INTERNAL = 13
+UNAVAILABLE = 14
+DATA_LOSS = 15
+UNAUTHENTICATED = 16
+
+
+class OpError(Exception):
+    """Base class of the TensorFlow runtime errors.
+
+    Accepts ``OpError(message)`` or TensorFlow's ``OpError(node_def, op, message)``.
+    """
+
+    error_code = UNKNOWN
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if len(args) >= 3:
+            node_def, op, message = args[:3]
+        else:
+            node_def, op = kwargs.get("node_def"), kwargs.get("op")
+            message = args[0] if args else kwargs.get("message", "")
+        self.node_def = node_def
+        self.op = op
+        self.message = str(message)
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _make(name: str, code: int, doc: str) -> type[OpError]:
+    return type(name, (OpError,), {"error_code": code, "__doc__": doc})
+
+
+CancelledError = _make("CancelledError", CANCELLED, "An operation was cancelled.")
+UnknownError = _make("UnknownError", UNKNOWN, "An unknown error.")
+InvalidArgumentError = _make("InvalidArgumentError", INVALID_ARGUMENT, "An argument was invalid (shape, dtype, value).")
+DeadlineExceededError = _make("DeadlineExceededError", DEADLINE_EXCEEDED, "A deadline expired.")
+NotFoundError = _make("NotFoundError", NOT_FOUND, "A requested entity was not found.")
+AlreadyExistsError = _make("AlreadyExistsError", ALREADY_EXISTS, "An entity already exists.")
+PermissionDeniedError = _make("PermissionDeniedError", PERMISSION_DENIED, "Permission denied.")
+ResourceExhaustedError = _make("ResourceExhaustedError", RESOURCE_EXHAUSTED, "A resource, such as tile memory, ran out.")
+FailedPreconditionError = _make("FailedPreconditionError", FAILED_PRECONDITION, "The system is not in a state to run this.")
+AbortedError = _make("AbortedError", ABORTED, "An operation was aborted.")
+OutOfRangeError = _make("OutOfRangeError", OUT_OF_RANGE, "Iteration past the end, e.g. an exhausted dataset.")
+UnimplementedError = _make("UnimplementedError", UNIMPLEMENTED, "An operation is not implemented.")
+InternalError = _make("InternalError", INTERNAL, "An internal invariant broke.")
+UnavailableError = _make("UnavailableError", UNAVAILABLE, "A service is unavailable.")
+DataLossError = _make("DataLossError", DATA_LOSS, "Unrecoverable data loss.")
+UnauthenticatedError = _make("UnauthenticatedError", UNAUTHENTICATED, "Not authenticated.")
+
+
+class VerifyError(InternalError):  # type: ignore[misc, valid-type]
+    """An IR failed its verifier: a compiler bug, not a user error."""

@@ -1,0 +1,1 @@
+"""The user-facing layer: tensors, tracing, tf.function, autograph, eager execution."""

@@ -1,0 +1,238 @@
+"""``tf.while_loop``, ``tf.cond`` and counted ``tf.range`` loops, traced into ``while``/``if`` nodes.
+
+Outside a trace they run as plain Python. Inside, each builds its regions in loop or branch
+scopes; variables the regions touch are threaded through: a variable assigned in a loop becomes
+a carried value, one only read is captured from outside, one assigned in a branch becomes a
+branch result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from popjit.errors import InvalidArgumentError
+from popjit.frontend import nest
+from popjit.frontend.convert import convert_to_tensor
+from popjit.frontend.tensor import Tensor
+from popjit.frontend.tracing import Scope, Trace, current_trace
+from popjit.graph.ir import Aval, Region, Value
+from popjit.source import user_location, where
+
+
+def _as_tensors(leaves: Sequence[Any], avals: Sequence[Aval] | None = None) -> list[Tensor]:
+    if avals is None:
+        return [convert_to_tensor(x) for x in leaves]
+    return [convert_to_tensor(x, dtype_hint=a.dtype) for x, a in zip(leaves, avals)]
+
+
+def replace_uses(region: Region, old: Value, new: Value) -> None:
+    """Replace every use of ``old`` by ``new`` in ``region`` and its nested regions."""
+    for node in region.nodes:
+        node.inputs = [new if v is old else v for v in node.inputs]
+        for r in node.regions:
+            replace_uses(r, old, new)
+    region.results = [new if v is old else v for v in region.results]
+
+
+def _loop_vars(trace: Trace, scopes: Sequence[Scope]) -> tuple[list[int], list[int]]:
+    """Variables the loop regions touch: (carried: assigned in the body, read-only)."""
+    touched: list[int] = []
+    for s in scopes:
+        for vid in [*s.var_params, *s.var_written]:
+            if vid not in touched:
+                touched.append(vid)
+    written = {vid for s in scopes for vid in s.var_written}
+    return [v for v in touched if v in written], [v for v in touched if v not in written]
+
+
+def while_loop(cond: Callable[..., Any], body: Callable[..., Any], loop_vars: Any, shape_invariants: Any = None,
+               parallel_iterations: int = 10, back_prop: bool = True, swap_memory: bool = False,
+               name: str | None = None, maximum_iterations: Any = None, *, trip_count: int | None = None,
+               return_same_structure: bool = False) -> Any:
+    """``tf.while_loop``: repeat ``body`` while ``cond`` holds; returns the final loop variables."""
+    single = not isinstance(loop_vars, (list, tuple))
+    structure = [loop_vars] if single else loop_vars
+    trace = current_trace()
+    if trace is None:
+        values, count = list(structure), 0
+        while (maximum_iterations is None or count < int(maximum_iterations)) and bool(cond(*values)):
+            out = body(*values)
+            values = list(out) if isinstance(out, (list, tuple)) else [out]
+            count += 1
+        return values[0] if single else type(loop_vars)(values) if isinstance(loop_vars, tuple) else values
+    leaves, tree = nest.flatten_with_tree(list(structure))
+    init = _as_tensors(leaves)
+    outs = _traced_while(trace, cond, body, tree, init, maximum_iterations, trip_count)
+    result = nest.unflatten(tree, outs)
+    if single:
+        return result[0]
+    return tuple(result) if isinstance(loop_vars, tuple) else result
+
+
+def _traced_while(trace: Trace, cond: Callable[..., Any], body: Callable[..., Any], tree: Any, init: list[Tensor],
+                  maximum_iterations: Any, trip_count: int | None) -> list[Tensor]:
+    loc = user_location(3)
+    init_vals = [trace.value_of(t) for t in init]
+    avals = [v.aval for v in init_vals]
+
+    def sym(params: Sequence[Value]) -> list[Any]:
+        return nest.unflatten(tree, [Tensor.symbolic(p, trace) for p in params])
+
+    cscope = trace.push("loop", [Value(a) for a in avals])
+    try:
+        pred = convert_to_tensor(cond(*sym(cscope.region.params)))
+        if not pred.dtype.is_bool or pred.ndim != 0:
+            raise InvalidArgumentError(f"The loop condition must be a scalar bool tensor, not {pred.dtype.name}"
+                                       f"{list(pred.shape.as_list())}{where(loc)}")
+        cscope.region.results = [trace.value_of(pred)]
+    finally:
+        trace.pop(cscope)
+    bscope = trace.push("loop", [Value(a) for a in avals])
+    try:
+        out = body(*sym(bscope.region.params))
+        out = list(out) if isinstance(out, (list, tuple)) else [out]
+        out_leaves, out_tree = nest.flatten_with_tree(out)
+        if repr(out_tree) != repr(tree):
+            raise ValueError(f"The loop body must return the same structure as its loop variables{where(loc)}.")
+        new = _as_tensors(out_leaves, avals)
+        for i, (t, a) in enumerate(zip(new, avals)):
+            if t.aval != a:
+                raise InvalidArgumentError(
+                    f"Loop variable {i} enters the loop as {a} but has {t.aval} after one iteration{where(loc)}. "
+                    "XLA requires loop-carried values to keep their shape and dtype; cast or reshape it inside "
+                    "the body so it matches."
+                )
+        bscope.region.results = [trace.value_of(t) for t in new]
+    finally:
+        trace.pop(bscope)
+    if cscope.var_written:
+        raise InvalidArgumentError(f"A loop condition must not assign variables{where(loc)}.")
+    carried, read_only = _loop_vars(trace, [cscope, bscope])
+    for vid in read_only:
+        outer = trace.read_var(trace.variables[vid])
+        for s in (cscope, bscope):
+            if vid in s.var_params:
+                replace_uses(s.region, s.var_params[vid], outer)
+    for vid in carried:
+        ref = trace.variables[vid]
+        init_vals.append(trace.read_var(ref))
+        for s in (cscope, bscope):
+            p = s.var_params.get(vid) or Value(ref.aval)
+            s.region.params.append(p)
+        bscope.region.results.append(bscope.var_current.get(vid, bscope.region.params[-1]))
+    attrs: dict[str, Any] = {}
+    if maximum_iterations is not None:
+        attrs["max_iterations"] = int(maximum_iterations)
+    if trip_count is not None:
+        attrs["trip_count"] = int(trip_count)
+    out_avals = [v.aval for v in init_vals]
+    node = trace.add_node("while", init_vals, attrs, out_avals, [cscope.region, bscope.region], loc)
+    for k, vid in enumerate(carried):
+        trace.write_var(trace.variables[vid], node.outputs[len(init) + k])
+    return [Tensor.symbolic(v, trace) for v in node.outputs[: len(init)]]
+
+
+def cond(pred: Any, true_fn: Callable[[], Any] | None = None, false_fn: Callable[[], Any] | None = None,
+         name: str | None = None) -> Any:
+    """``tf.cond``: ``true_fn()`` if ``pred`` else ``false_fn()``; both are traced under a tensor predicate."""
+    trace = current_trace()
+    if trace is None or not (isinstance(pred, Tensor) and pred.is_symbolic):
+        return (true_fn if bool(pred) else false_fn)()  # type: ignore[misc]
+    loc = user_location(2)
+    p = convert_to_tensor(pred)
+    if not p.dtype.is_bool or p.ndim != 0:
+        raise InvalidArgumentError(f"The predicate of tf.cond must be a scalar bool tensor{where(loc)}.")
+    branches = []
+    for fn in (true_fn, false_fn):
+        scope = trace.push("branch")
+        try:
+            out = fn() if fn is not None else None
+            leaves, tree = nest.flatten_with_tree(out)
+            branches.append((scope, leaves, tree))
+        finally:
+            trace.pop(scope)
+    (ts, tl, tt), (fs, fl, ft) = branches
+    if repr(tt) != repr(ft) or len(tl) != len(fl):
+        raise ValueError(
+            "true_fn and false_fn arguments to tf.cond must have the same number, type, and overall structure "
+            f"of return values.{where(loc)}"
+        )
+    return nest.unflatten(tt, _traced_if(trace, p, ts, fs, tl, fl, loc))
+
+
+def _branch_value(trace: Trace, scope: Scope, x: Any, aval: Aval | None) -> Value:
+    trace.scopes.append(scope)
+    try:
+        t = convert_to_tensor(x, dtype_hint=aval.dtype if aval else None)
+        return trace.value_of(t)
+    finally:
+        trace.scopes.pop()
+
+
+def _traced_if(trace: Trace, pred: Tensor, ts: Scope, fs: Scope, tl: list[Any], fl: list[Any], loc: Any) -> list[Any]:
+    outs: list[Any] = []
+    tensor_slots = []
+    for i, (a, b) in enumerate(zip(tl, fl)):
+        if isinstance(a, Tensor) or isinstance(b, Tensor):
+            tensor_slots.append(i)
+        elif a is not b and a != b:
+            raise ValueError(f"tf.cond branches return different Python values {a!r} and {b!r}{where(loc)}.")
+    then_vals, else_vals = [], []
+    for i in tensor_slots:
+        tv = _branch_value(trace, ts, tl[i], None)
+        ev = _branch_value(trace, fs, fl[i], tv.aval)
+        if tv.aval != ev.aval:
+            raise ValueError(f"tf.cond branch output {i} is {tv.aval} in true_fn but {ev.aval} in false_fn{where(loc)}.")
+        then_vals.append(tv)
+        else_vals.append(ev)
+    written = []
+    for s in (ts, fs):
+        for vid in s.var_written:
+            if vid not in written:
+                written.append(vid)
+    for vid in written:
+        ref = trace.variables[vid]
+        outer = trace.read_var(ref)
+        then_vals.append(ts.var_current.get(vid, outer))
+        else_vals.append(fs.var_current.get(vid, outer))
+    ts.region.results, fs.region.results = then_vals, else_vals
+    out_avals = [v.aval for v in then_vals]
+    node = trace.add_node("if", [trace.value_of(pred)], {"out_avals": tuple(out_avals)}, out_avals,
+                          [ts.region, fs.region], loc)
+    for k, vid in enumerate(written):
+        trace.write_var(trace.variables[vid], node.outputs[len(tensor_slots) + k])
+    results = iter(node.outputs)
+    for i, a in enumerate(tl):
+        outs.append(Tensor.symbolic(next(results), trace) if i in tensor_slots else a)
+    return outs
+
+
+def for_range(start: Any, limit: Any, delta: Any, body: Callable[..., Any], loop_vars: list[Any]) -> list[Any]:
+    """``for i in tf.range(start, limit, delta)`` with carried ``loop_vars``; ``body(i, *vars) -> vars``."""
+    from popjit.frontend import math_ops
+
+    trace = current_trace()
+    consts = [trace.constant_value(convert_to_tensor(x)) if trace else None for x in (start, limit, delta)]
+    trip = None
+    if trace is not None and all(c is not None for c in consts):
+        s, lim, d = (int(c) for c in consts)  # type: ignore[arg-type]
+        trip = max(0, -(-(lim - s) // d)) if d > 0 else max(0, -(-(s - lim) // -d))
+    if trace is None:
+        values = list(loop_vars)
+        s, lim, d = (int(convert_to_tensor(x).numpy()) for x in (start, limit, delta))
+        for i in range(s, lim, d):
+            values = list(body(convert_to_tensor(i), *values))
+        return values
+    limit_t, delta_t = convert_to_tensor(limit), convert_to_tensor(delta)
+    start_t = convert_to_tensor(start, dtype=limit_t.dtype)
+
+    def c(i: Tensor, *vs: Any) -> Tensor:
+        positive = consts[2] is None or int(consts[2]) > 0  # type: ignore[arg-type]
+        return math_ops.less(i, limit_t) if positive else math_ops.greater(i, limit_t)
+
+    def b(i: Tensor, *vs: Any) -> list[Any]:
+        return [math_ops.add(i, delta_t), *body(i, *vs)]
+
+    out = while_loop(c, b, [start_t, *loop_vars], trip_count=trip)
+    return list(out[1:])

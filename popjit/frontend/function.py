@@ -1,0 +1,282 @@
+"""``tf.function``: trace per input signature, compile, cache, run natively.
+
+A :class:`Function` wraps a Python function. Each call computes a *signature* from its
+arguments (tensor shapes and dtypes, variable identities, Python values, other objects by
+identity); a new signature traces the function into a graph (:class:`ConcreteFunction`) and logs
+why it retraced; the graph is compiled once per target device and run by its native engine.
+Calls from inside another trace inline the Python function instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from popjit import dtypes
+from popjit.errors import InvalidArgumentError
+from popjit.frontend import nest
+from popjit.frontend.device import current_device, ipu_ordinal
+from popjit.frontend.tensor import Tensor
+from popjit.frontend.tracing import Trace, current_trace, tracing
+from popjit.frontend.variables import VARIABLES, Variable
+from popjit.graph.ir import Aval, Binding, Graph
+
+log = logging.getLogger("popjit")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """``tf.TensorSpec``: a shape and dtype (every dimension must be known to compile)."""
+
+    shape: tuple[int | None, ...]
+    dtype: dtypes.DType = dtypes.float32
+    name: str | None = None
+
+    def __init__(self, shape: Any, dtype: Any = dtypes.float32, name: str | None = None) -> None:
+        from popjit.frontend.tensor import TensorShape
+
+        object.__setattr__(self, "shape", tuple(TensorShape(shape)) if shape is not None else None)
+        object.__setattr__(self, "dtype", dtypes.as_dtype(dtype))
+        object.__setattr__(self, "name", name)
+
+    @classmethod
+    def from_tensor(cls, t: Any, name: str | None = None) -> TensorSpec:
+        return cls(t.shape, t.dtype, name)
+
+
+def _leaf_key(leaf: Any) -> tuple:
+    if isinstance(leaf, Tensor):
+        return ("tensor", leaf.aval.shape, leaf.aval.dtype.name)
+    if isinstance(leaf, np.ndarray):
+        return ("tensor", leaf.shape, dtypes.as_dtype(leaf.dtype).name)
+    if isinstance(leaf, np.generic):
+        return ("tensor", (), dtypes.as_dtype(leaf.dtype).name)
+    if isinstance(leaf, Variable):
+        return ("variable", leaf._id)
+    if leaf is None or isinstance(leaf, (bool, int, float, str, bytes, complex)):
+        return ("python", type(leaf).__name__, leaf)
+    if isinstance(leaf, TensorSpec):
+        return ("tensor", leaf.shape, leaf.dtype.name)
+    return ("object", type(leaf).__name__, id(leaf))
+
+
+def _describe(key: tuple) -> str:
+    if key[0] == "tensor":
+        return f"a {dtypes.as_dtype(key[2]).short}[{','.join(map(str, key[1]))}] tensor"
+    if key[0] == "python":
+        return f"Python {key[1]} {key[2]!r}"
+    if key[0] == "variable":
+        return f"variable #{key[1]}"
+    return f"a {key[1]} object"
+
+
+def _is_tensor_leaf(leaf: Any) -> bool:
+    return isinstance(leaf, (Tensor, np.ndarray, np.generic, TensorSpec))
+
+
+def _leaf_aval(leaf: Any) -> Aval:
+    if isinstance(leaf, TensorSpec):
+        if leaf.shape is None or any(d is None for d in leaf.shape):
+            raise InvalidArgumentError(
+                f"Input shape {list(leaf.shape) if leaf.shape is not None else None} is not fully defined. XLA "
+                "compilation requires that operator arguments that represent shapes or dimensions be evaluated "
+                "to concrete values at compile time: give every dimension in the input signature a size."
+            )
+        return Aval(tuple(leaf.shape), leaf.dtype)  # type: ignore[arg-type]
+    if isinstance(leaf, Tensor):
+        return leaf.aval
+    arr = np.asarray(leaf)
+    return Aval(arr.shape, dtypes.as_dtype(arr.dtype))
+
+
+def _leaf_array(leaf: Any) -> np.ndarray:
+    return leaf.numpy() if isinstance(leaf, Tensor) else np.asarray(leaf)
+
+
+@dataclass
+class ConcreteFunction:
+    """One trace of a :class:`Function`: its graph and how to rebuild its outputs."""
+
+    graph: Graph
+    out_tree: Any
+    out_spec: list[tuple[str, Any]]
+    name: str
+    executables: dict[Any, Any] = field(default_factory=dict)
+
+    def executable(self, device: str) -> Any:
+        """The compiled program for ``device`` (compiled on first use, then cached)."""
+        from popjit.runtime import cache, device as devices
+
+        ordinal = ipu_ordinal(device)
+        target = devices.get_device(ordinal).target if ordinal is not None else None
+        key = (ordinal, target)
+        if key not in self.executables:
+            self.executables[key] = cache.compile_cached(self.graph, target)
+            if ordinal is not None:
+                devices.get_device(ordinal).compilations += 1
+        return self.executables[key]
+
+    def run(self, leaves: list[Any], device: str) -> Any:
+        exe = self.executable(device)
+        args = {k: _leaf_array(leaves[k]) for k, _ in self.graph.arg_params()}
+        variables = {vid: _variable_buffer(vid) for vid in self.graph.variables}
+        outs = exe.run(args, variables)
+        ordinal = ipu_ordinal(device)
+        if ordinal is not None:
+            from popjit.runtime import device as devices
+
+            devices.get_device(ordinal).executions += 1
+        results = [Tensor.eager(o, device) for o in outs]
+        leaves_out = [results[v] if kind == "result" else v for kind, v in self.out_spec]
+        return nest.unflatten(self.out_tree, leaves_out)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        leaves, _ = nest.flatten_with_tree((args, kwargs))
+        return self.run(leaves, current_device())
+
+    @property
+    def structured_outputs(self) -> Any:
+        return self.out_tree
+
+
+def _variable_buffer(vid: int) -> np.ndarray:
+    var = VARIABLES.get(vid)
+    if var is None:
+        raise InvalidArgumentError(f"A variable used by this function (#{vid}) no longer exists.")
+    return var._buffer
+
+
+class Function:
+    """A ``tf.function``-decorated Python function."""
+
+    def __init__(self, python_function: Callable, input_signature: Any = None, autograph: bool = True,
+                 jit_compile: bool | None = None, name: str | None = None, **unused: Any) -> None:
+        self.python_function = python_function
+        self.input_signature = input_signature
+        self.autograph = autograph
+        self.jit_compile = jit_compile if jit_compile is not None else unused.get("experimental_compile")
+        self.name = name or getattr(python_function, "__name__", "function")
+        self._cache: dict[Any, ConcreteFunction] = {}
+        self._last_keys: tuple | None = None
+        self.retrace_reasons: list[str] = []
+        self._converted: Callable | None = None
+        functools.update_wrapper(self, python_function)
+
+    # -- binding as a method -----------------------------------------------------------------
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return self
+        bound = self.__dict__.setdefault("_bound", {})
+        key = id(instance)
+        if key not in bound:
+            bound[key] = Function(functools.partial(self.python_function, instance), self.input_signature,
+                                  self.autograph, self.jit_compile, self.name)
+        return bound[key]
+
+    # -- tracing -------------------------------------------------------------------------------
+    @property
+    def converted(self) -> Callable:
+        if self._converted is None:
+            if self.autograph:
+                from popjit.frontend.autograph import convert
+
+                self._converted = convert(self.python_function)
+            else:
+                self._converted = self.python_function
+        return self._converted
+
+    def _signature(self, args: tuple, kwargs: dict) -> tuple[Any, list[Any], tuple]:
+        if self.input_signature is not None and not kwargs:
+            args = tuple(self._apply_signature(args))
+        leaves, tree = nest.flatten_with_tree((args, kwargs))
+        return tree, leaves, tuple(_leaf_key(x) for x in leaves)
+
+    def _apply_signature(self, args: tuple) -> list[Any]:
+        specs = nest.flatten(list(self.input_signature))
+        flat = nest.flatten(list(args))
+        if len(specs) != len(flat):
+            raise TypeError(f"{self.name}: expected {len(specs)} arguments from input_signature, got {len(flat)}")
+        for spec, x in zip(specs, flat):
+            _leaf_aval(spec)
+            if isinstance(x, (Tensor, np.ndarray)) and tuple(np.shape(x)) != tuple(spec.shape):
+                raise ValueError(f"Python inputs incompatible with input_signature: {spec} vs shape {np.shape(x)}")
+        return list(args)
+
+    def _trace(self, tree: Any, leaves: list[Any]) -> ConcreteFunction:
+        trace = Trace(self.name)
+        traced_leaves = []
+        for k, leaf in enumerate(leaves):
+            if _is_tensor_leaf(leaf):
+                aval = _leaf_aval(leaf)
+                traced_leaves.append(Tensor.symbolic(trace.add_param(aval, Binding("arg", k)), trace))
+            else:
+                traced_leaves.append(leaf)
+        args, kwargs = nest.unflatten(tree, traced_leaves)
+        with tracing(trace):
+            out = self.converted(*args, **kwargs)
+            out_leaves, out_tree = nest.flatten_with_tree(out)
+            results, spec = [], []
+            for leaf in out_leaves:
+                if isinstance(leaf, Variable):
+                    leaf = leaf.read_value()
+                if isinstance(leaf, Tensor):
+                    spec.append(("result", len(results)))
+                    results.append(trace.value_of(leaf))
+                else:
+                    spec.append(("python", leaf))
+        return ConcreteFunction(trace.finish(results), out_tree, spec, self.name)
+
+    def get_concrete_function(self, *args: Any, **kwargs: Any) -> ConcreteFunction:
+        if not args and not kwargs and self.input_signature is not None:
+            args = tuple(self.input_signature)
+        tree, leaves, keys = self._signature(args, kwargs)
+        return self._lookup(tree, leaves, keys)
+
+    def _lookup(self, tree: Any, leaves: list[Any], keys: tuple) -> ConcreteFunction:
+        ck = (tree, keys)
+        if ck not in self._cache:
+            if self._cache:
+                reason = self._retrace_reason(keys)
+                self.retrace_reasons.append(reason)
+                log.info("Retracing %s: %s", self.name, reason)
+            self._cache[ck] = self._trace(tree, leaves)
+        self._last_keys = keys
+        return self._cache[ck]
+
+    def _retrace_reason(self, keys: tuple) -> str:
+        last = self._last_keys or ()
+        if len(last) != len(keys):
+            return f"the number of arguments changed from {len(last)} to {len(keys)}"
+        for i, (a, b) in enumerate(zip(last, keys)):
+            if a != b:
+                return f"argument {i} changed from {_describe(a)} to {_describe(b)}"
+        return "the argument structure changed"
+
+    def experimental_get_tracing_count(self) -> int:
+        return len(self._cache)
+
+    # -- calling ---------------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if current_trace() is not None:
+            return self.converted(*args, **kwargs)
+        tree, leaves, keys = self._signature(args, kwargs)
+        cf = self._lookup(tree, leaves, keys)
+        return cf.run(leaves, current_device())
+
+
+def function(func: Callable | None = None, input_signature: Any = None, autograph: bool = True,
+             jit_compile: bool | None = None, reduce_retracing: bool = False, experimental_compile: bool | None = None,
+             **kwargs: Any) -> Any:
+    """``tf.function``: compile ``func`` (traced per input signature) into a native program."""
+    if jit_compile is None:
+        jit_compile = experimental_compile
+
+    def wrap(f: Callable) -> Function:
+        return Function(f, input_signature, autograph, jit_compile, **kwargs)
+
+    return wrap(func) if func is not None else wrap

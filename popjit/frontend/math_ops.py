@@ -1,0 +1,255 @@
+"""TensorFlow math functions (``tf.math.*``, ``tf.add``, ``tf.matmul``, reductions...).
+
+Each function converts its arguments (Python scalars take the other operand's dtype, as in
+TensorFlow) and applies a registry op with :func:`~popjit.frontend.tracing.apply_op`, or composes
+registry ops (``reduce_mean``, ``softmax``...).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from popjit import dtypes
+from popjit.errors import InvalidArgumentError
+from popjit.frontend.convert import convert_to_tensor
+from popjit.frontend.tensor import Tensor, is_tensor
+from popjit.frontend.tracing import apply_op, current_trace
+
+
+def _t(x: Any, dtype: Any = None, hint: Any = None) -> Tensor:
+    return convert_to_tensor(x, dtype=dtype, dtype_hint=hint)
+
+
+def convert_pair(x: Any, y: Any) -> tuple[Tensor, Tensor]:
+    """Convert binary-op operands: a non-tensor takes the tensor operand's dtype."""
+    if is_tensor(x) or isinstance(x, np.ndarray):
+        x = _t(x)
+        return x, _t(y, hint=x.dtype)
+    if is_tensor(y) or isinstance(y, np.ndarray):
+        y = _t(y)
+        return _t(x, hint=y.dtype), y
+    x = _t(x)
+    return x, _t(y, hint=x.dtype)
+
+
+def _binary(op: str) -> Any:
+    def fn(x: Any, y: Any, name: str | None = None) -> Tensor:
+        a, b = convert_pair(x, y)
+        return apply_op(op, [a, b])
+
+    fn.__name__ = op
+    fn.__doc__ = f"Element-wise ``{op}`` with NumPy broadcasting."
+    return fn
+
+
+def _unary(op: str) -> Any:
+    def fn(x: Any, name: str | None = None) -> Tensor:
+        return apply_op(op, [_t(x)])
+
+    fn.__name__ = op
+    fn.__doc__ = f"Element-wise ``{op}``."
+    return fn
+
+
+add = _binary("add")
+subtract = _binary("sub")
+multiply = _binary("mul")
+maximum = _binary("maximum")
+minimum = _binary("minimum")
+floordiv = _binary("floordiv")
+floormod = _binary("mod")
+squared_difference = _binary("squared_difference")
+equal = _binary("equal")
+not_equal = _binary("not_equal")
+less = _binary("less")
+less_equal = _binary("less_equal")
+greater = _binary("greater")
+greater_equal = _binary("greater_equal")
+logical_and = _binary("logical_and")
+logical_or = _binary("logical_or")
+mod = floormod
+
+negative = _unary("neg")
+abs = _unary("abs")  # noqa: A001
+exp = _unary("exp")
+expm1 = _unary("expm1")
+log = _unary("log")
+log1p = _unary("log1p")
+sqrt = _unary("sqrt")
+rsqrt = _unary("rsqrt")
+square = _unary("square")
+tanh = _unary("tanh")
+sigmoid = _unary("sigmoid")
+sin = _unary("sin")
+cos = _unary("cos")
+floor = _unary("floor")
+ceil = _unary("ceil")
+round = _unary("round")  # noqa: A001
+sign = _unary("sign")
+reciprocal = _unary("reciprocal")
+erf = _unary("erf")
+logical_not = _unary("logical_not")
+is_nan = _unary("is_nan")
+is_finite = _unary("is_finite")
+relu = _unary("relu")
+relu6 = _unary("relu6")
+elu = _unary("elu")
+softplus = _unary("softplus")
+
+
+def gelu(features: Any, approximate: bool = False, name: str | None = None) -> Tensor:
+    """``tf.nn.gelu``: exact (erf) by default, tanh approximation with ``approximate=True``."""
+    return apply_op("gelu", [_t(features)], approximate=bool(approximate))
+
+
+def truediv(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x / y``. Integers are converted to float64 first (as TensorFlow does), which the IPU refuses."""
+    a, b = convert_pair(x, y)
+    if not a.dtype.is_floating:
+        target = dtypes.float32 if a.dtype.size <= 2 else dtypes.float64
+        a, b = cast(a, target), cast(b, target)
+    return apply_op("div", [a, b])
+
+
+divide = truediv
+realdiv = _binary("div")
+
+
+def pow(x: Any, y: Any, name: str | None = None) -> Tensor:  # noqa: A001
+    """``x ** y`` element-wise."""
+    a, b = convert_pair(x, y)
+    return apply_op("pow", [a, b])
+
+
+def logical_xor(x: Any, y: Any, name: str | None = None) -> Tensor:
+    a, b = convert_pair(x, y)
+    return apply_op("not_equal", [a, b])
+
+
+def logical_and_or_bitwise(x: Any, y: Any) -> Tensor:
+    return logical_and(x, y)
+
+
+def logical_or_or_bitwise(x: Any, y: Any) -> Tensor:
+    return logical_or(x, y)
+
+
+def cast(x: Any, dtype: Any, name: str | None = None) -> Tensor:
+    """``tf.cast``: convert to ``dtype`` (floats to ints truncate toward zero)."""
+    t = _t(x)
+    dtype = dtypes.as_dtype(dtype)
+    if t.dtype == dtype:
+        return t
+    return apply_op("cast", [t], dtype=dtype)
+
+
+def clip_by_value(t: Any, clip_value_min: Any, clip_value_max: Any, name: str | None = None) -> Tensor:
+    """``min(max(t, lo), hi)`` element-wise."""
+    t = _t(t)
+    return minimum(maximum(t, clip_value_min), clip_value_max)
+
+
+def where(condition: Any, x: Any = None, y: Any = None, name: str | None = None) -> Tensor:
+    """``tf.where(cond, x, y)``: elements of ``x`` where ``cond``, else of ``y`` (broadcasting)."""
+    if x is None and y is None:
+        c = _t(condition)
+        if current_trace() is not None:
+            raise InvalidArgumentError(
+                "tf.where(condition) with one argument returns a dynamically shaped tensor, which XLA cannot "
+                "compile: its output shape depends on the data. Use tf.where(condition, x, y) instead."
+            )
+        return Tensor.eager(np.argwhere(c.numpy()).astype(np.int64))
+    a, b = convert_pair(x, y)
+    return apply_op("select", [_t(condition, dtype=dtypes.bool_), a, b])
+
+
+def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False, adjoint_a: bool = False,
+           adjoint_b: bool = False, a_is_sparse: bool = False, b_is_sparse: bool = False,
+           output_type: Any = None, name: str | None = None) -> Tensor:
+    """``tf.linalg.matmul``: batched matrix product with optional transposes."""
+    x, y = convert_pair(a, b)
+    return apply_op("matmul", [x, y], transpose_a=bool(transpose_a or adjoint_a),
+                    transpose_b=bool(transpose_b or adjoint_b))
+
+
+def _axes(axis: Any) -> Any:
+    if axis is None:
+        return None
+    if isinstance(axis, Tensor):
+        axis = axis.numpy() if not axis.is_symbolic else _static(axis, "axis")
+    if isinstance(axis, (list, tuple, np.ndarray)):
+        return tuple(int(a) for a in np.ravel(axis))
+    return (int(axis),)
+
+
+def _static(t: Tensor, what: str) -> Any:
+    from popjit.frontend.array_ops import static_value
+
+    return static_value(t, what)
+
+
+def _reduce(op: str) -> Any:
+    def fn(input_tensor: Any, axis: Any = None, keepdims: bool = False, name: str | None = None) -> Tensor:
+        x = _t(input_tensor)
+        axes = _axes(axis)
+        return apply_op(op, [x], axes=tuple(range(x.ndim)) if axes is None else axes, keepdims=bool(keepdims))
+
+    fn.__name__ = op
+    fn.__doc__ = f"``tf.{op}`` over ``axis`` (all axes if None)."
+    return fn
+
+
+reduce_sum = _reduce("reduce_sum")
+reduce_prod = _reduce("reduce_prod")
+reduce_max = _reduce("reduce_max")
+reduce_min = _reduce("reduce_min")
+reduce_any = _reduce("reduce_any")
+reduce_all = _reduce("reduce_all")
+
+
+def reduce_mean(input_tensor: Any, axis: Any = None, keepdims: bool = False, name: str | None = None) -> Tensor:
+    """Mean over ``axis``; integer means truncate toward zero as TensorFlow's do."""
+    x = _t(input_tensor)
+    total = reduce_sum(x, axis, keepdims)
+    n = max(1, x.aval.size // max(1, total.aval.size)) if x.aval.size else 0
+    if x.dtype.is_floating:
+        return truediv(total, float(n)) if n else total * float("nan")
+    return apply_op("truncdiv", [total, _t(n, dtype=x.dtype)])
+
+
+def argmax(input: Any, axis: Any = None, output_type: Any = dtypes.int64, name: str | None = None) -> Tensor:  # noqa: A002
+    """Index of the largest value along ``axis`` (0 if None)."""
+    return apply_op("argmax", [_t(input)], axis=0 if axis is None else int(axis), output_type=dtypes.as_dtype(output_type))
+
+
+def argmin(input: Any, axis: Any = None, output_type: Any = dtypes.int64, name: str | None = None) -> Tensor:  # noqa: A002
+    """Index of the smallest value along ``axis`` (0 if None)."""
+    return apply_op("argmin", [_t(input)], axis=0 if axis is None else int(axis), output_type=dtypes.as_dtype(output_type))
+
+
+def cumsum(x: Any, axis: int = 0, exclusive: bool = False, reverse: bool = False, name: str | None = None) -> Tensor:
+    """Cumulative sum along ``axis``."""
+    return apply_op("cumsum", [_t(x)], axis=int(axis), exclusive=bool(exclusive), reverse=bool(reverse))
+
+
+def add_n(inputs: list[Any], name: str | None = None) -> Tensor:
+    out = _t(inputs[0])
+    for x in inputs[1:]:
+        out = add(out, x)
+    return out
+
+
+def softmax(logits: Any, axis: int = -1, name: str | None = None) -> Tensor:
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis``."""
+    x = _t(logits)
+    e = exp(subtract(x, reduce_max(x, axis, keepdims=True)))
+    return truediv(e, reduce_sum(e, axis, keepdims=True))
+
+
+def log_softmax(logits: Any, axis: int = -1, name: str | None = None) -> Tensor:
+    """``x - max - log(sum(exp(x - max)))`` along ``axis``."""
+    x = _t(logits)
+    shifted = subtract(x, reduce_max(x, axis, keepdims=True))
+    return subtract(shifted, log(reduce_sum(exp(shifted), axis, keepdims=True)))

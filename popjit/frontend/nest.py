@@ -1,0 +1,97 @@
+"""``tf.nest``: flatten and rebuild nested lists, tuples, namedtuples and dicts.
+
+Dicts flatten in sorted-key order, as in TensorFlow. Everything else is a leaf.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Tree = Any  # a hashable description of a structure
+
+
+def _is_namedtuple(x: Any) -> bool:
+    return isinstance(x, tuple) and hasattr(x, "_fields")
+
+
+def _sorted_keys(d: Mapping) -> list:
+    try:
+        return sorted(d)
+    except TypeError:
+        return sorted(d, key=repr)
+
+
+def is_nested(x: Any) -> bool:
+    return isinstance(x, (list, tuple, dict)) or (isinstance(x, Mapping))
+
+
+def flatten_with_tree(structure: Any) -> tuple[list[Any], Tree]:
+    """Leaves in order, and a hashable tree that :func:`unflatten` rebuilds from."""
+    leaves: list[Any] = []
+
+    def walk(x: Any) -> Tree:
+        if _is_namedtuple(x):
+            return ("namedtuple", type(x), tuple(walk(v) for v in x))
+        if isinstance(x, (list, tuple)):
+            return (type(x).__name__ if type(x) in (list, tuple) else ("seq", type(x)), tuple(walk(v) for v in x))
+        if isinstance(x, Mapping):
+            keys = _sorted_keys(x)
+            return ("dict", type(x), tuple(keys), tuple(walk(x[k]) for k in keys))
+        leaves.append(x)
+        return None
+
+    tree = walk(structure)
+    return leaves, tree
+
+
+def unflatten(tree: Tree, leaves: list[Any]) -> Any:
+    it = iter(leaves)
+
+    def build(t: Tree) -> Any:
+        if t is None:
+            return next(it)
+        tag = t[0]
+        if tag == "namedtuple":
+            return t[1](*[build(c) for c in t[2]])
+        if tag == "dict":
+            return t[1]({k: build(c) for k, c in zip(t[2], t[3])})
+        if tag == "list":
+            return [build(c) for c in t[1]]
+        if tag == "tuple":
+            return tuple(build(c) for c in t[1])
+        return tag[1](build(c) for c in t[1])
+
+    out = build(tree)
+    return out
+
+
+def flatten(structure: Any, expand_composites: bool = False) -> list[Any]:
+    """All leaves of ``structure`` in order (dicts by sorted key)."""
+    return flatten_with_tree(structure)[0]
+
+
+def pack_sequence_as(structure: Any, flat_sequence: list[Any], expand_composites: bool = False) -> Any:
+    """Rebuild ``structure``'s shape from ``flat_sequence``."""
+    leaves, tree = flatten_with_tree(structure)
+    flat_sequence = list(flat_sequence)
+    if len(leaves) != len(flat_sequence):
+        raise ValueError(
+            f"Could not pack sequence. Structure had {len(leaves)} atoms, but flat_sequence had "
+            f"{len(flat_sequence)} items."
+        )
+    return unflatten(tree, flat_sequence)
+
+
+def map_structure(func: Callable[..., Any], *structures: Any, **kwargs: Any) -> Any:
+    """Apply ``func`` to corresponding leaves of structures of the same shape."""
+    flats = [flatten_with_tree(s) for s in structures]
+    trees = {repr(t) for _, t in flats}
+    if len(trees) > 1:
+        raise ValueError("The two structures don't have the same nested structure.")
+    return unflatten(flats[0][1], [func(*xs) for xs in zip(*(f for f, _ in flats))])
+
+
+def assert_same_structure(a: Any, b: Any, check_types: bool = True, expand_composites: bool = False) -> None:
+    if repr(flatten_with_tree(a)[1]) != repr(flatten_with_tree(b)[1]):
+        raise ValueError(f"The two structures don't have the same nested structure: {a!r} vs {b!r}")

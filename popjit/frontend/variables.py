@@ -1,0 +1,211 @@
+"""``tf.Variable`` with resource semantics.
+
+A variable owns a buffer in the memory of the device it was created on (a virtual IPU inside
+``IPUStrategy.scope()`` or ``tf.device('/device:IPU:0')``, else the host). Compiled programs read
+and write that buffer in place; ``.numpy()`` copies it to the host. While tracing, reads and
+writes go through the trace (see :mod:`popjit.frontend.tracing`), so a loop that assigns a
+variable carries it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any
+
+import numpy as np
+
+from popjit import dtypes
+from popjit.frontend import device as device_mod
+from popjit.frontend.tensor import Tensor, TensorShape
+from popjit.frontend.tracing import current_trace
+from popjit.graph.ir import Aval, VarRef
+
+_ids = itertools.count(1)
+VARIABLES: weakref.WeakValueDictionary[int, Variable] = weakref.WeakValueDictionary()
+
+
+def _variable_device() -> str:
+    from popjit.ipu.ipu_strategy import current_strategy_device
+
+    return current_strategy_device() or device_mod.current_device()
+
+
+class Variable:
+    """A mutable tensor that keeps its value between function calls."""
+
+    __array_priority__ = 100
+
+    def __init__(self, initial_value: Any = None, trainable: bool = True, validate_shape: bool = True,
+                 caching_device: Any = None, name: str | None = None, variable_def: Any = None,
+                 dtype: Any = None, import_scope: Any = None, constraint: Any = None,
+                 synchronization: Any = None, aggregation: Any = None, shape: Any = None) -> None:
+        from popjit.frontend.convert import convert_to_tensor
+        from popjit.frontend.tracing import tracing
+
+        if initial_value is None:
+            raise ValueError("initial_value must be specified.")
+        if callable(initial_value):
+            initial_value = initial_value()
+        with tracing(None):  # initialisers run eagerly on the host, as on the IPU
+            init = convert_to_tensor(initial_value, dtype=dtype)
+        if init.is_symbolic:
+            raise ValueError("A tf.Variable cannot be initialised from a symbolic tensor inside a tf.function; "
+                             "create variables outside the traced function.")
+        value = np.array(init.numpy(), copy=True)
+        self._id = next(_ids)
+        self._name = (name or "Variable").split(":")[0]
+        self._trainable = bool(trainable)
+        self._device = _variable_device()
+        self._buffer = value
+        self._constraint = constraint
+        self._ref = VarRef(self._id, self._name, Aval(tuple(value.shape), dtypes.as_dtype(value.dtype)))
+        VARIABLES[self._id] = self
+        if current_trace() is not None:
+            current_trace().extra.setdefault("created_variables", []).append(self)
+
+    # -- properties ------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return f"{self._name}:0"
+
+    @property
+    def dtype(self) -> dtypes.DType:
+        return self._ref.aval.dtype
+
+    @property
+    def shape(self) -> TensorShape:
+        return TensorShape(self._ref.aval.shape)
+
+    def get_shape(self) -> TensorShape:
+        return self.shape
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    @property
+    def trainable(self) -> bool:
+        return self._trainable
+
+    @property
+    def ref(self) -> VarRef:
+        return self._ref
+
+    @property
+    def ndim(self) -> int:
+        return self._ref.aval.ndim
+
+    # -- reading -------------------------------------------------------------------------------
+    def read_value(self) -> Tensor:
+        """The current value: a snapshot when eager, the traced value inside a tf.function."""
+        trace = current_trace()
+        if trace is not None:
+            return Tensor.symbolic(trace.read_var(self._ref), trace)
+        return Tensor.eager(self._buffer.copy(), self._device)
+
+    def value(self) -> Tensor:
+        return self.read_value()
+
+    def numpy(self) -> np.ndarray:
+        if current_trace() is not None:
+            raise NotImplementedError("numpy() is only available when eager execution is enabled.")
+        return self._buffer.copy()
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        v = self.numpy()
+        return v.astype(dtype) if dtype is not None else v
+
+    # -- writing -------------------------------------------------------------------------------
+    def _converted(self, value: Any) -> Tensor:
+        from popjit.frontend.convert import convert_to_tensor
+
+        t = convert_to_tensor(value, dtype_hint=self.dtype)
+        if t.dtype != self.dtype:
+            raise TypeError(
+                f"Cannot assign a value of dtype {t.dtype.name} to variable '{self.name}' of dtype {self.dtype.name}."
+            )
+        if tuple(t.shape.as_list()) != self._ref.aval.shape:
+            raise ValueError(
+                f"Cannot assign value to variable ' {self.name}': Shape mismatch.The variable shape "
+                f"{self.shape}, and the assigned value shape {t.shape} are incompatible."
+            )
+        return t
+
+    def assign(self, value: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
+        """Set the variable's value (in place in device memory)."""
+        t = self._converted(value)
+        trace = current_trace()
+        if trace is not None:
+            trace.write_var(self._ref, trace.value_of(t))
+        else:
+            self._buffer[...] = t.numpy()
+        return self if read_value else None
+
+    def assign_add(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
+        from popjit.frontend import math_ops
+
+        return self.assign(math_ops.add(self.read_value(), self._converted(delta)), read_value=read_value)
+
+    def assign_sub(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
+        from popjit.frontend import math_ops
+
+        return self.assign(math_ops.subtract(self.read_value(), self._converted(delta)), read_value=read_value)
+
+    # -- Python protocol -------------------------------------------------------------------
+    def __repr__(self) -> str:
+        if current_trace() is None:
+            body = np.array2string(self._buffer, separator=", ")
+            return f"<tf.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}, numpy={body}>"
+        return f"<tf.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}>"
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        return self.read_value() == other
+
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        return self.read_value() != other
+
+    def __bool__(self) -> bool:
+        return bool(self.read_value())
+
+    def __len__(self) -> int:
+        return len(self.read_value())
+
+    def __iter__(self) -> Any:
+        return iter(self.read_value())
+
+    def __getitem__(self, key: Any) -> Tensor:
+        return self.read_value()[key]
+
+    def __float__(self) -> float:
+        return float(self.read_value())
+
+    def __int__(self) -> int:
+        return int(self.read_value())
+
+    def __index__(self) -> int:
+        return self.read_value().__index__()
+
+    def __deepcopy__(self, memo: dict) -> Variable:
+        return Variable(self._buffer.copy(), trainable=self._trainable, name=self._name)
+
+    @property
+    def T(self) -> Tensor:
+        return self.read_value().T
+
+
+def _forward(name: str) -> Any:
+    def method(self: Variable, *args: Any) -> Any:
+        return getattr(self.read_value(), name)(*args)
+
+    method.__name__ = name
+    return method
+
+
+for _m in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "floordiv", "rfloordiv", "mod",
+           "rmod", "pow", "rpow", "matmul", "rmatmul", "neg", "abs", "lt", "le", "gt", "ge", "and", "or", "invert",
+           "rand", "ror", "xor", "rxor", "pos"):
+    setattr(Variable, f"__{_m}__", _forward(f"__{_m}__"))

@@ -1,0 +1,201 @@
+"""The graph IR: SSA values with static shapes, ops with attributes, regions for control flow.
+
+A :class:`Graph` is one traced function. Its top :class:`Region` holds :class:`Node` s in
+program order; a node's ``regions`` hold nested code (loop condition and body, the branches of a
+conditional). Regions may use values defined in enclosing regions (implicit capture), which is
+how a loop body reads a tensor computed before the loop.
+
+Variables are threaded through as values: the graph reads a variable once as a parameter bound
+to it and writes it once as a result bound to it; inside a traced function the frontend keeps
+the variable's current SSA value, so a loop that assigns a variable carries it. Host streams
+(infeeds, outfeeds) are ops marked ``effect``; passes keep their relative order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from popjit.dtypes import DType
+from popjit.source import SourceLoc
+
+
+@dataclass(frozen=True)
+class Aval:
+    """An abstract value: a static shape and a dtype."""
+
+    shape: tuple[int, ...]
+    dtype: DType
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.size
+
+    def __str__(self) -> str:
+        return f"{self.dtype.short}[{','.join(map(str, self.shape))}]"
+
+
+_value_ids = itertools.count()
+
+
+class Value:
+    """An SSA value: produced by one node output, or a region parameter."""
+
+    __slots__ = ("aval", "producer", "index", "uid")
+
+    def __init__(self, aval: Aval, producer: Node | None = None, index: int = 0) -> None:
+        assert isinstance(aval, Aval), f"Value needs an Aval, not {type(aval).__name__}"
+        self.aval = aval
+        self.producer = producer
+        self.index = index
+        self.uid = next(_value_ids)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.aval.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.aval.dtype
+
+    def __repr__(self) -> str:
+        return f"Value#{self.uid}:{self.aval}"
+
+
+class Node:
+    """One op application: ``outputs = op[attrs](inputs) {regions}``."""
+
+    __slots__ = ("op", "inputs", "attrs", "outputs", "regions", "loc")
+
+    def __init__(
+        self,
+        op: str,
+        inputs: Sequence[Value],
+        attrs: dict[str, Any],
+        out_avals: Sequence[Aval],
+        regions: Sequence[Region] = (),
+        loc: SourceLoc | None = None,
+    ) -> None:
+        self.op = op
+        self.inputs = list(inputs)
+        self.attrs = dict(attrs)
+        self.outputs = [Value(a, self, i) for i, a in enumerate(out_avals)]
+        self.regions = list(regions)
+        self.loc = loc
+
+    @property
+    def out(self) -> Value:
+        assert len(self.outputs) == 1, f"{self.op} has {len(self.outputs)} outputs, not 1"
+        return self.outputs[0]
+
+    def __repr__(self) -> str:
+        return f"Node({self.op})"
+
+
+@dataclass(eq=False)
+class Region:
+    """A block of nodes with parameters and results."""
+
+    params: list[Value] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)
+    results: list[Value] = field(default_factory=list)
+
+    def add(self, node: Node) -> Node:
+        self.nodes.append(node)
+        return node
+
+    def walk(self) -> Iterator[Node]:
+        """Every node in this region and in nested regions, in program order."""
+        for n in self.nodes:
+            yield n
+            for r in n.regions:
+                yield from r.walk()
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What a graph parameter or result is bound to at run time.
+
+    kind ``arg``/``out``: the i-th positional argument / result of the function;
+    ``var``: a variable (``key`` is its id) read on entry or written on exit.
+    """
+
+    kind: str
+    key: Any
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.key}"
+
+
+@dataclass(eq=False)
+class VarRef:
+    """A variable as the graph sees it: an id, a name and an abstract value."""
+
+    id: int
+    name: str
+    aval: Aval
+
+
+@dataclass(eq=False)
+class Graph:
+    """A traced function: the top region plus what its parameters and results are bound to."""
+
+    name: str
+    region: Region
+    param_bindings: list[Binding]
+    result_bindings: list[Binding]
+    variables: dict[int, VarRef] = field(default_factory=dict)
+
+    @property
+    def params(self) -> list[Value]:
+        return self.region.params
+
+    @property
+    def results(self) -> list[Value]:
+        return self.region.results
+
+    def walk(self) -> Iterator[Node]:
+        return self.region.walk()
+
+    def arg_params(self) -> list[tuple[int, Value]]:
+        return [(b.key, p) for b, p in zip(self.param_bindings, self.params) if b.kind == "arg"]
+
+    def as_text(self) -> str:
+        from popjit.graph.printer import print_graph
+
+        return print_graph(self)
+
+    def fingerprint(self) -> str:
+        """A hash of the graph's structure, shapes, attributes and constant contents."""
+        from popjit.graph.printer import print_graph
+
+        return hashlib.sha256(print_graph(self, digest_constants=True).encode()).hexdigest()
+
+    def __str__(self) -> str:
+        return self.as_text()
+
+
+def attr_key(v: Any) -> Any:
+    """A hashable, content-based key for an attribute value (arrays by their bytes)."""
+    if isinstance(v, np.ndarray):
+        return ("ndarray", v.shape, str(v.dtype), hashlib.sha1(np.ascontiguousarray(v).tobytes()).hexdigest())
+    if isinstance(v, (list, tuple)):
+        return tuple(attr_key(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, attr_key(x)) for k, x in v.items()))
+    if isinstance(v, float) and v != v:
+        return ("nan",)
+    return v

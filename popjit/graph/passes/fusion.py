@@ -1,0 +1,108 @@
+"""Fusion planning: which values get their own buffer (a kernel boundary), which fuse.
+
+Element-wise ops, movements and constants fuse into their consumers by default. A value is
+*materialized* (computed by its own kernel into a buffer) when
+
+- it is a region result, a loop-carried value or a graph result;
+- more than one node uses it (recomputing it per use would repeat work);
+- a nested region (a loop body) captures it from outside (it would be recomputed per iteration);
+- its fused expression has grown past ``MAX_FUSED_OPS`` ops (bounds codelet size);
+- its producer is a reduction, matmul or control-flow op (their lowering always writes buffers).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from popjit.graph.ir import Graph, Node, Region
+from popjit.ops import registry
+
+MAX_FUSED_OPS = 48
+_FREE_KINDS = (registry.MOVEMENT, registry.SOURCE)
+
+
+@dataclass
+class FusionPlan:
+    """The set of value uids that are materialized, with the reason for each."""
+
+    materialized: dict[int, str] = field(default_factory=dict)
+
+    def __contains__(self, uid: int) -> bool:
+        return uid in self.materialized
+
+    def mark(self, uid: int, reason: str) -> None:
+        self.materialized.setdefault(uid, reason)
+
+    def as_text(self) -> str:
+        reasons = Counter(self.materialized.values())
+        return "fusion plan: " + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
+
+
+def _uses(region: Region, counts: Counter, captured: set[int], depth_of: dict[int, int], depth: int) -> None:
+    for p in region.params:
+        depth_of[p.uid] = depth
+    for node in region.nodes:
+        for v in node.inputs:
+            counts[v.uid] += 1
+            if depth_of.get(v.uid, depth) < depth:
+                captured.add(v.uid)
+        for r in node.regions:
+            _uses(r, counts, captured, depth_of, depth + 1)
+            for v in r.results:
+                counts[v.uid] += 1
+        for v in node.outputs:
+            depth_of[v.uid] = depth
+
+
+def _producers(region: Region, out: dict[int, Node]) -> None:
+    for node in region.nodes:
+        for v in node.outputs:
+            out[v.uid] = node
+        for r in node.regions:
+            _producers(r, out)
+
+
+def plan_fusion(graph: Graph) -> FusionPlan:
+    plan = FusionPlan()
+    counts: Counter = Counter()
+    captured: set[int] = set()
+    _uses(graph.region, counts, captured, {}, 0)
+    producer: dict[int, Node] = {}
+    _producers(graph.region, producer)
+    for v in graph.results:
+        plan.mark(v.uid, "result")
+    fused_size: dict[int, int] = {}
+    for node in graph.walk():
+        op = registry.get(node.op)
+        for r in node.regions:
+            for v in r.results:
+                plan.mark(v.uid, "region result")
+        size = 1 + sum(fused_size.get(v.uid, 0) for v in node.inputs if v.uid not in plan)
+        for v in node.outputs:
+            fused_size[v.uid] = size
+            if op.kind in (registry.REDUCE, registry.MATMUL, registry.CONTROL):
+                continue
+            if v.uid in captured and not (node.op == "constant" and v.aval.size == 1):
+                plan.mark(v.uid, "captured by a loop")
+            elif counts[v.uid] > 1 and op.kind not in _FREE_KINDS:
+                plan.mark(v.uid, "multiple uses")
+            elif counts[v.uid] > 1:
+                _mark_through_movements(node, producer, counts, plan)
+            elif size > MAX_FUSED_OPS:
+                plan.mark(v.uid, "fusion size limit")
+                fused_size[v.uid] = 0
+    return plan
+
+
+def _mark_through_movements(node: Node, producer: dict[int, Node], counts: Counter, plan: FusionPlan) -> None:
+    """A movement with several uses: materialize the element-wise value it moves, not the view."""
+    while node.inputs and registry.get(node.op).kind == registry.MOVEMENT:
+        src = node.inputs[0]
+        p = producer.get(src.uid)
+        if p is None:
+            return
+        if registry.get(p.op).is_elementwise:
+            plan.mark(src.uid, "multiple uses (through a view)")
+            return
+        node = p

@@ -1,0 +1,189 @@
+"""The loop-IR interpreter: runs a program with NumPy, a whole kernel domain at a time.
+
+It evaluates index expressions and scalar expressions over every point of a kernel's domain at
+once (arrays of loop-variable values), using each op's NumPy reference for ``Apply``. It is the
+executable meaning of the loop IR; tests check it against the graph interpreter, and the
+compiled engine against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from popjit.loop.ir import (
+    Apply,
+    Buffer,
+    Const,
+    Copy,
+    Expr,
+    IAtom,
+    IDiv,
+    If,
+    ILin,
+    IMax,
+    IMin,
+    IMod,
+    IndexValue,
+    IValue,
+    IVar,
+    Kernel,
+    Load,
+    MatMul,
+    Program,
+    Repeat,
+    Stmt,
+    While,
+)
+from popjit.ops import registry
+
+Memory = dict[int, np.ndarray]
+
+
+def eval_index(ix: ILin, env: dict[str, np.ndarray], mem: Memory, n: int) -> np.ndarray:
+    out = np.full(n, ix.const, dtype=np.int64)
+    for atom, c in ix.terms:
+        out += c * _eval_atom(atom, env, mem, n)
+    return out
+
+
+def _eval_atom(a: IAtom, env: dict[str, np.ndarray], mem: Memory, n: int) -> np.ndarray:
+    if isinstance(a, IVar):
+        return env[a.name]
+    if isinstance(a, IDiv):
+        return eval_index(a.x, env, mem, n) // a.c
+    if isinstance(a, IMod):
+        return eval_index(a.x, env, mem, n) % a.c
+    if isinstance(a, IMin):
+        return np.minimum(eval_index(a.a, env, mem, n), eval_index(a.b, env, mem, n))
+    if isinstance(a, IMax):
+        return np.maximum(eval_index(a.a, env, mem, n), eval_index(a.b, env, mem, n))
+    if isinstance(a, IValue):
+        return eval_expr(a.expr, env, mem, n).astype(np.int64)
+    raise TypeError(a)
+
+
+def eval_expr(e: Expr, env: dict[str, np.ndarray], mem: Memory, n: int) -> np.ndarray:
+    if isinstance(e, Load):
+        return mem[e.buf.uid][eval_index(e.index, env, mem, n)]
+    if isinstance(e, Const):
+        return np.full(n, e.value, dtype=e.dtype.np)
+    if isinstance(e, IndexValue):
+        return eval_index(e.index, env, mem, n).astype(e.dtype.np)
+    if isinstance(e, Apply):
+        args = [eval_expr(a, env, mem, n) for a in e.args]
+        with np.errstate(all="ignore"):
+            out = registry.get(e.op).reference(*args, **e.attr_dict)
+        return np.asarray(out, dtype=e.dtype.np)
+    raise TypeError(e)
+
+
+def _grid(dims: Sequence[int], names: Sequence[str]) -> tuple[dict[str, np.ndarray], int]:
+    n = int(np.prod(dims, dtype=np.int64)) if dims else 1
+    if not dims:
+        return {}, 1
+    idx = np.indices(dims).reshape(len(dims), -1)
+    return {name: idx[k].astype(np.int64) for k, name in enumerate(names)}, n
+
+
+_REDUCERS = {
+    "sum": lambda a: np.sum(a, axis=1, dtype=np.float32 if a.dtype == np.float16 else None),
+    "prod": lambda a: np.prod(a, axis=1, dtype=np.float32 if a.dtype == np.float16 else None),
+    "max": lambda a: np.max(a, axis=1, initial=-np.inf if a.dtype.kind == "f" else np.iinfo(a.dtype).min),
+    "min": lambda a: np.min(a, axis=1, initial=np.inf if a.dtype.kind == "f" else np.iinfo(a.dtype).max),
+    "any": lambda a: np.any(a, axis=1),
+    "all": lambda a: np.all(a, axis=1),
+    "argmax": lambda a: np.argmax(a, axis=1),
+    "argmin": lambda a: np.argmin(a, axis=1),
+}
+
+
+def run_kernel(k: Kernel, mem: Memory) -> None:
+    (store,) = k.stores if k.reduce else (None,)
+    if k.reduce is None:
+        env, n = _grid(k.domain, [f"i{j}" for j in range(len(k.domain))])
+        values = [(s, eval_expr(s.value, env, mem, n), eval_index(s.index, env, mem, n)) for s in k.stores]
+        for s, v, ix in values:
+            mem[s.buf.uid][ix] = v.astype(s.buf.dtype.np)
+        return
+    assert store is not None
+    r = k.reduce
+    names = [f"i{j}" for j in range(len(k.domain))] + [f"r{j}" for j in range(len(r.rdomain))]
+    env, n = _grid(tuple(k.domain) + tuple(r.rdomain), names)
+    nd = int(np.prod(k.domain, dtype=np.int64)) if k.domain else 1
+    nr = n // nd if nd else 0
+    body = eval_expr(store.value, env, mem, n).reshape(nd, nr)
+    target = mem[store.buf.uid]
+    if r.mode == "reduce":
+        with np.errstate(all="ignore"):
+            red = _REDUCERS[r.op](body) if nr else _REDUCERS[r.op](np.zeros((nd, 0), body.dtype))
+        denv, _ = _grid(k.domain, [f"i{j}" for j in range(len(k.domain))])
+        ix = eval_index(store.index, denv, mem, nd)
+        target[ix] = np.asarray(red).astype(target.dtype)
+        return
+    acc = np.flip(body, 1) if r.reverse else body
+    with np.errstate(all="ignore"):
+        c = np.cumsum(acc, axis=1, dtype=np.float32 if acc.dtype == np.float16 else None)
+    if r.exclusive:
+        c = np.concatenate([np.zeros((nd, 1), c.dtype), c[:, :-1]], axis=1)
+    c = np.flip(c, 1) if r.reverse else c
+    target[eval_index(store.index, env, mem, n)] = c.reshape(-1).astype(target.dtype)
+
+
+def run_matmul(m: MatMul, mem: Memory) -> None:
+    a, b, out = mem[m.a.uid], mem[m.b.uid], mem[m.out.uid]
+    acc = np.float32 if out.dtype == np.float16 else out.dtype
+    for i in range(m.batch):
+        am = a[i * m.a_batch_stride:][: m.m * m.k].reshape((m.k, m.m) if m.ta else (m.m, m.k))
+        bm = b[i * m.b_batch_stride:][: m.k * m.n].reshape((m.n, m.k) if m.tb else (m.k, m.n))
+        am = am.T if m.ta else am
+        bm = bm.T if m.tb else bm
+        out[i * m.m * m.n:(i + 1) * m.m * m.n] = (am.astype(acc) @ bm.astype(acc)).reshape(-1).astype(out.dtype)
+
+
+def run_block(stmts: Sequence[Stmt], mem: Memory) -> None:
+    for s in stmts:
+        if isinstance(s, Kernel):
+            run_kernel(s, mem)
+        elif isinstance(s, MatMul):
+            run_matmul(s, mem)
+        elif isinstance(s, Copy):
+            mem[s.dst.uid][...] = mem[s.src.uid]
+        elif isinstance(s, Repeat):
+            for _ in range(s.count):
+                run_block(s.body, mem)
+        elif isinstance(s, While):
+            count = 0
+            run_block(s.cond, mem)
+            while bool(mem[s.pred.uid][0]) and (s.max_iterations is None or count < s.max_iterations):
+                run_block(s.body, mem)
+                count += 1
+                run_block(s.cond, mem)
+        elif isinstance(s, If):
+            run_block(s.then if bool(mem[s.pred.uid][0]) else s.orelse, mem)
+        else:
+            raise TypeError(f"loop interpreter: unknown statement {s!r}")
+
+
+def _alloc(buf: Buffer) -> np.ndarray:
+    if buf.kind == "const":
+        assert buf.value is not None
+        return np.array(buf.value, dtype=buf.dtype.np).reshape(-1)
+    return np.zeros(buf.size, dtype=buf.dtype.np)
+
+
+def interpret(prog: Program, args: Sequence[Any], variables: dict[int, np.ndarray] | None = None,
+              ) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
+    """Run ``prog``: returns (outputs in order, new variable values)."""
+    variables = variables or {}
+    mem: Memory = {b.uid: _alloc(b) for b in prog.buffers()}
+    for b in prog.args:
+        mem[b.uid][...] = np.asarray(args[b.binding]).reshape(-1)
+    for b in prog.variables:
+        if b.binding in variables:
+            mem[b.uid][...] = np.asarray(variables[b.binding]).reshape(-1)
+    run_block(prog.body, mem)
+    outs = [mem[b.uid].reshape(b.shape) for b in prog.outs]
+    return outs, {b.binding: mem[b.uid].reshape(b.shape) for b in prog.variables}

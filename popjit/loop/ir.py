@@ -1,0 +1,601 @@
+"""The loop IR: flat buffers, loop nests with index expressions, and control statements.
+
+Every tensor lives in a flat, contiguous :class:`Buffer`. A :class:`Kernel` is a loop nest over
+its ``domain`` that stores one expression per point (element-wise, possibly a fused chain), or a
+reduction/scan over an extra ``rdomain``. Index expressions are integer linear combinations of
+loop variables (:class:`ILin`) with floor-division, modulo, min/max and gathered values as
+non-linear atoms; they are built by smart constructors that fold constants, so a transposed or
+sliced load is a plain affine index.
+
+Statements: :class:`Kernel`, :class:`MatMul`, :class:`Copy`, :class:`Repeat`, :class:`While`,
+:class:`If`. A :class:`Program` is the statement list plus its buffers.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from popjit.dtypes import DType
+
+# ----------------------------------------------------------------------------------------------
+# Buffers
+
+
+_buffer_ids = itertools.count()
+
+
+class Buffer:
+    """A flat array in device memory.
+
+    kind: ``arg`` (a function argument), ``var`` (a variable's storage), ``const`` (a constant
+    baked into the executable), ``out`` (a function result handed to the host), ``temp``.
+    """
+
+    __slots__ = ("name", "shape", "dtype", "kind", "value", "binding", "uid")
+
+    def __init__(
+        self, name: str, shape: Sequence[int], dtype: DType, kind: str = "temp",
+        value: np.ndarray | None = None, binding: Any = None,
+    ) -> None:
+        assert kind in ("arg", "var", "const", "out", "temp"), f"bad buffer kind {kind}"
+        self.name = name
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = dtype
+        self.kind = kind
+        self.value = value
+        self.binding = binding
+        self.uid = next(_buffer_ids)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.size
+
+    def __repr__(self) -> str:
+        return f"{self.name}:{self.dtype.short}[{','.join(map(str, self.shape))}]"
+
+
+# ----------------------------------------------------------------------------------------------
+# Index expressions
+
+
+class IAtom:
+    """A non-linear piece of an index expression (a loop variable, div, mod, min, max, value)."""
+
+    def key(self) -> tuple:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class IVar(IAtom):
+    """A loop variable: ``i<k>`` for the domain, ``r<k>`` for the reduction domain."""
+
+    name: str
+
+    def key(self) -> tuple:
+        return (0, self.name)
+
+
+@dataclass(frozen=True)
+class ILin:
+    """``sum(coef * atom) + const``: the normal form of every index expression."""
+
+    terms: tuple[tuple[IAtom, int], ...] = ()
+    const: int = 0
+
+    # smart constructors -------------------------------------------------------------------
+    def __add__(self, other: ILin | int) -> ILin:
+        other = as_index(other)
+        coefs: dict[IAtom, int] = dict(self.terms)
+        for atom, c in other.terms:
+            coefs[atom] = coefs.get(atom, 0) + c
+        terms = tuple(sorted(((a, c) for a, c in coefs.items() if c != 0), key=lambda t: t[0].key()))
+        return ILin(terms, self.const + other.const)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: ILin | int) -> ILin:
+        return self + as_index(other) * -1
+
+    def __mul__(self, c: int) -> ILin:
+        assert isinstance(c, (int, np.integer)), f"index expressions scale by ints, not {type(c).__name__}"
+        c = int(c)
+        if c == 0:
+            return ILin()
+        return ILin(tuple((a, k * c) for a, k in self.terms), self.const * c)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, c: int) -> ILin:
+        c = int(c)
+        assert c > 0, "index division by a positive constant only"
+        if c == 1:
+            return self
+        if all(k % c == 0 for _, k in self.terms) and self.const % c == 0:
+            return ILin(tuple((a, k // c) for a, k in self.terms), self.const // c)
+        if not self.terms:
+            return ILin((), self.const // c)
+        return ILin(((IDiv(self, c), 1),), 0)
+
+    def __mod__(self, c: int) -> ILin:
+        c = int(c)
+        assert c > 0, "index modulo by a positive constant only"
+        if c == 1:
+            return ILin()
+        if all(k % c == 0 for _, k in self.terms):
+            return ILin((), self.const % c)
+        return ILin(((IMod(self, c), 1),), 0)
+
+    # queries ----------------------------------------------------------------------------------
+    @property
+    def is_const(self) -> bool:
+        return not self.terms
+
+    def coef(self, atom: IAtom) -> int:
+        return dict(self.terms).get(atom, 0)
+
+    def atoms(self) -> Iterator[IAtom]:
+        """Every atom, recursively (loop variables inside div/mod included)."""
+        for a, _ in self.terms:
+            yield a
+            yield from _sub_atoms(a)
+
+    def uses(self, var: IVar) -> bool:
+        return any(a == var for a in self.atoms())
+
+    def linear_in(self, var: IVar) -> bool:
+        """True if ``var`` appears only as a direct linear term."""
+        return all(var not in set(_sub_atoms(a)) for a, _ in self.terms)
+
+    def substitute(self, mapping: dict[IAtom, ILin]) -> ILin:
+        """Replace atoms (normally loop variables) by index expressions."""
+        out = ILin((), self.const)
+        for a, c in self.terms:
+            out = out + _subst_atom(a, mapping) * c
+        return out
+
+    def __repr__(self) -> str:
+        from popjit.loop.printer import format_index
+
+        return format_index(self)
+
+
+@dataclass(frozen=True)
+class IDiv(IAtom):
+    x: ILin
+    c: int
+
+    def key(self) -> tuple:
+        return (1, repr(self.x), self.c)
+
+
+@dataclass(frozen=True)
+class IMod(IAtom):
+    x: ILin
+    c: int
+
+    def key(self) -> tuple:
+        return (2, repr(self.x), self.c)
+
+
+@dataclass(frozen=True)
+class IMin(IAtom):
+    a: ILin
+    b: ILin
+
+    def key(self) -> tuple:
+        return (3, repr(self.a), repr(self.b))
+
+
+@dataclass(frozen=True)
+class IMax(IAtom):
+    a: ILin
+    b: ILin
+
+    def key(self) -> tuple:
+        return (4, repr(self.a), repr(self.b))
+
+
+@dataclass(frozen=True)
+class IValue(IAtom):
+    """The value of an integer expression used as an index (a gather's index)."""
+
+    expr: Expr
+
+    def key(self) -> tuple:
+        return (5, id(self.expr), repr(self.expr))
+
+
+def _sub_atoms(a: IAtom) -> Iterator[IAtom]:
+    if isinstance(a, (IDiv, IMod)):
+        yield from a.x.atoms()
+    elif isinstance(a, (IMin, IMax)):
+        yield from a.a.atoms()
+        yield from a.b.atoms()
+    elif isinstance(a, IValue):
+        for ld in a.expr.loads():
+            yield from ld.index.atoms()
+        for iv in a.expr.index_values():
+            yield from iv.index.atoms()
+
+
+def _subst_atom(a: IAtom, m: dict[IAtom, ILin]) -> ILin:
+    if a in m:
+        return m[a]
+    if isinstance(a, IDiv):
+        return a.x.substitute(m) // a.c
+    if isinstance(a, IMod):
+        return a.x.substitute(m) % a.c
+    if isinstance(a, IMin):
+        return imin(a.a.substitute(m), a.b.substitute(m))
+    if isinstance(a, IMax):
+        return imax(a.a.substitute(m), a.b.substitute(m))
+    if isinstance(a, IValue):
+        return ivalue(a.expr.substitute(m))
+    return ILin(((a, 1),), 0)
+
+
+def as_index(x: ILin | int) -> ILin:
+    if isinstance(x, ILin):
+        return x
+    assert isinstance(x, (int, np.integer)), f"not an index: {x!r}"
+    return ILin((), int(x))
+
+
+def ivar(name: str) -> ILin:
+    return ILin(((IVar(name), 1),), 0)
+
+
+def imin(a: ILin | int, b: ILin | int) -> ILin:
+    a, b = as_index(a), as_index(b)
+    if a.is_const and b.is_const:
+        return as_index(min(a.const, b.const))
+    if a == b:
+        return a
+    return ILin(((IMin(a, b), 1),), 0)
+
+
+def imax(a: ILin | int, b: ILin | int) -> ILin:
+    a, b = as_index(a), as_index(b)
+    if a.is_const and b.is_const:
+        return as_index(max(a.const, b.const))
+    if a == b:
+        return a
+    return ILin(((IMax(a, b), 1),), 0)
+
+
+def iclamp(x: ILin, lo: int, hi: int) -> ILin:
+    """``min(max(x, lo), hi)``: keeps a load inside its buffer."""
+    return imin(imax(x, lo), hi)
+
+
+def ivalue(expr: Expr) -> ILin:
+    if isinstance(expr, IndexValue):
+        return expr.index
+    if isinstance(expr, Const):
+        return as_index(int(expr.value))
+    return ILin(((IValue(expr), 1),), 0)
+
+
+def flat_index(idx: Sequence[ILin], strides: Sequence[int], offset: int = 0) -> ILin:
+    out = as_index(offset)
+    for i, s in zip(idx, strides):
+        out = out + i * int(s)
+    return out
+
+
+def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= int(d)
+    return tuple(reversed(strides))
+
+
+# ----------------------------------------------------------------------------------------------
+# Value expressions
+
+
+class Expr:
+    """A scalar expression evaluated at one point of a kernel's domain."""
+
+    dtype: DType
+
+    def children(self) -> tuple[Expr, ...]:
+        return ()
+
+    def walk(self) -> Iterator[Expr]:
+        yield self
+        for c in self.children():
+            yield from c.walk()
+
+    def loads(self) -> Iterator[Load]:
+        for e in self.walk():
+            if isinstance(e, Load):
+                yield e
+            elif isinstance(e, IndexValue):
+                continue
+            for a in _iatoms_of(e):
+                if isinstance(a, IValue):
+                    yield from a.expr.loads()
+
+    def index_values(self) -> Iterator[IndexValue]:
+        for e in self.walk():
+            if isinstance(e, IndexValue):
+                yield e
+
+    def substitute(self, m: dict[IAtom, ILin]) -> Expr:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        from popjit.loop.printer import format_expr
+
+        return format_expr(self)
+
+
+def _iatoms_of(e: Expr) -> Iterator[IAtom]:
+    if isinstance(e, Load):
+        yield from e.index.atoms()
+
+
+@dataclass(frozen=True, repr=False)
+class Load(Expr):
+    buf: Buffer
+    index: ILin
+
+    @property
+    def dtype(self) -> DType:  # type: ignore[override]
+        return self.buf.dtype
+
+    def substitute(self, m: dict[IAtom, ILin]) -> Expr:
+        return Load(self.buf, self.index.substitute(m))
+
+
+@dataclass(frozen=True, repr=False)
+class Const(Expr):
+    value: Any
+    dtype: DType
+
+    def substitute(self, m: dict[IAtom, ILin]) -> Expr:
+        return self
+
+
+@dataclass(frozen=True, repr=False)
+class IndexValue(Expr):
+    """An index expression used as a value (``range``, ``one_hot``, random counters)."""
+
+    index: ILin
+    dtype: DType
+
+    def substitute(self, m: dict[IAtom, ILin]) -> Expr:
+        return IndexValue(self.index.substitute(m), self.dtype)
+
+
+@dataclass(frozen=True, repr=False)
+class Apply(Expr):
+    """An element-wise registry op applied to scalar arguments."""
+
+    op: str
+    args: tuple[Expr, ...]
+    dtype: DType
+    attrs: tuple[tuple[str, Any], ...] = ()
+
+    def children(self) -> tuple[Expr, ...]:
+        return self.args
+
+    @property
+    def attr_dict(self) -> dict[str, Any]:
+        return dict(self.attrs)
+
+    def substitute(self, m: dict[IAtom, ILin]) -> Expr:
+        return Apply(self.op, tuple(a.substitute(m) for a in self.args), self.dtype, self.attrs)
+
+
+def freeze_attrs(attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(attrs.items()))
+
+
+# ----------------------------------------------------------------------------------------------
+# Statements
+
+
+class Stmt:
+    """A loop-IR statement."""
+
+    def children(self) -> list[list[Stmt]]:
+        return []
+
+    def walk(self) -> Iterator[Stmt]:
+        yield self
+        for block in self.children():
+            for s in block:
+                yield from s.walk()
+
+
+@dataclass(eq=False)
+class Store:
+    """``buf[index] = value`` (or ``= reduce(value)`` in a reduction kernel)."""
+
+    buf: Buffer
+    index: ILin
+    value: Expr
+
+
+@dataclass(frozen=True)
+class Reduce:
+    """The reduction part of a kernel.
+
+    ``op``: sum, prod, max, min, any, all, argmax, argmin. ``mode``: ``reduce`` stores once per
+    domain point; ``scan`` (one reduction axis) stores the running value at every step, with
+    ``exclusive``/``reverse`` as in ``tf.cumsum``.
+    """
+
+    op: str
+    rdomain: tuple[int, ...]
+    mode: str = "reduce"
+    exclusive: bool = False
+    reverse: bool = False
+
+
+@dataclass(eq=False)
+class Kernel(Stmt):
+    """A loop nest: ``for i in domain: [reduce over rdomain:] store``. One compute set."""
+
+    name: str
+    domain: tuple[int, ...]
+    stores: list[Store]
+    reduce: Reduce | None = None
+    ops: tuple[str, ...] = ()
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.domain, dtype=np.int64))
+
+    def reads(self) -> set[Buffer]:
+        return {ld.buf for s in self.stores for ld in list(s.value.loads()) + list(_index_loads(s.index))}
+
+    def writes(self) -> set[Buffer]:
+        return {s.buf for s in self.stores}
+
+
+def _index_loads(ix: ILin) -> Iterator[Load]:
+    for a in ix.atoms():
+        if isinstance(a, IValue):
+            yield from a.expr.loads()
+
+
+@dataclass(eq=False)
+class MatMul(Stmt):
+    """``out[b] = op(a[b]) @ op(b[b])`` for each batch; ``op`` transposes when ``ta``/``tb``.
+
+    Operands are contiguous row-major matrices at ``batch * *_batch_stride`` (a stride of 0
+    broadcasts one matrix over the batch).
+    """
+
+    name: str
+    out: Buffer
+    a: Buffer
+    b: Buffer
+    batch: int
+    m: int
+    n: int
+    k: int
+    ta: bool
+    tb: bool
+    a_batch_stride: int
+    b_batch_stride: int
+
+    def reads(self) -> set[Buffer]:
+        return {self.a, self.b}
+
+    def writes(self) -> set[Buffer]:
+        return {self.out}
+
+
+@dataclass(eq=False)
+class Copy(Stmt):
+    """``dst[:] = src[:]`` (same size)."""
+
+    dst: Buffer
+    src: Buffer
+
+    def reads(self) -> set[Buffer]:
+        return {self.src}
+
+    def writes(self) -> set[Buffer]:
+        return {self.dst}
+
+
+@dataclass(eq=False)
+class Repeat(Stmt):
+    """Run ``body`` a fixed number of times (Poplar ``Repeat``)."""
+
+    count: int
+    body: list[Stmt]
+
+    def children(self) -> list[list[Stmt]]:
+        return [self.body]
+
+    def reads(self) -> set[Buffer]:
+        return set()
+
+    def writes(self) -> set[Buffer]:
+        return set()
+
+
+@dataclass(eq=False)
+class While(Stmt):
+    """Run ``cond``; while the scalar ``pred`` is true run ``body`` and ``cond`` again.
+
+    ``max_iterations`` (``None``: unbounded) stops the loop as ``tf.while_loop`` does.
+    """
+
+    cond: list[Stmt]
+    pred: Buffer
+    body: list[Stmt]
+    max_iterations: int | None = None
+
+    def children(self) -> list[list[Stmt]]:
+        return [self.cond, self.body]
+
+    def reads(self) -> set[Buffer]:
+        return {self.pred}
+
+    def writes(self) -> set[Buffer]:
+        return set()
+
+
+@dataclass(eq=False)
+class If(Stmt):
+    """Run ``then`` if the scalar ``pred`` is true, else ``orelse``."""
+
+    pred: Buffer
+    then: list[Stmt]
+    orelse: list[Stmt]
+
+    def children(self) -> list[list[Stmt]]:
+        return [self.then, self.orelse]
+
+    def reads(self) -> set[Buffer]:
+        return {self.pred}
+
+    def writes(self) -> set[Buffer]:
+        return set()
+
+
+@dataclass(eq=False)
+class Program:
+    """A lowered function: its statements and every buffer they touch."""
+
+    name: str
+    body: list[Stmt]
+    args: list[Buffer] = field(default_factory=list)  # in argument order
+    outs: list[Buffer] = field(default_factory=list)  # in result order
+    variables: list[Buffer] = field(default_factory=list)
+    consts: list[Buffer] = field(default_factory=list)
+    temps: list[Buffer] = field(default_factory=list)
+    # Results that alias an input buffer or another result (filled by the host, not the engine).
+    out_sources: dict[int, Buffer] = field(default_factory=dict)
+
+    def walk(self) -> Iterator[Stmt]:
+        for s in self.body:
+            yield from s.walk()
+
+    def buffers(self) -> list[Buffer]:
+        return [*self.args, *self.variables, *self.consts, *self.outs, *self.temps]
+
+    def as_text(self) -> str:
+        from popjit.loop.printer import print_program
+
+        return print_program(self)
+
+    def __str__(self) -> str:
+        return self.as_text()

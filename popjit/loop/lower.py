@@ -1,0 +1,198 @@
+"""Lowering: graph IR → loop IR.
+
+Walks the graph in program order, turning each value into a :class:`~popjit.loop.lazy.Lazy`
+with its op's ``lower`` rule. Values the fusion plan marks as materialized get a kernel that
+writes them into a buffer; everything else stays an expression and fuses into its consumers.
+Loops carry their values in buffers; a ``while`` with a static trip count becomes ``Repeat``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from popjit import dtypes
+from popjit.dtypes import DType
+from popjit.graph.ir import Graph, Node, Region, Value
+from popjit.graph.passes.fusion import FusionPlan, plan_fusion
+from popjit.loop.ir import Buffer, Copy, If, Kernel, Program, Repeat, Stmt, Store, While, flat_index, ivar
+from popjit.loop.ir import row_major_strides as rm
+from popjit.loop.lazy import Lazy
+from popjit.ops import registry
+
+
+class LowerCtx:
+    """State of one lowering: the program being built, the current block and the value map."""
+
+    def __init__(self, graph: Graph, plan: FusionPlan) -> None:
+        self.graph = graph
+        self.plan = plan
+        self.program = Program(graph.name, [])
+        self.block: list[Stmt] = self.program.body
+        self.env: dict[int, Lazy] = {}
+        self._count = 0
+        self._consts: dict[str, Buffer] = {}
+
+    # -- building blocks -----------------------------------------------------------------------
+    def name(self, base: str, ops: Sequence[str]) -> str:
+        self._count += 1
+        tail = [o for o in ops if o not in ("constant",)][-3:]
+        return f"k{self._count}_" + "_".join([*tail] if tail and tail[-1] == base else [*tail, base])
+
+    def new_temp(self, shape: Sequence[int], dtype: DType, hint: str = "t") -> Buffer:
+        buf = Buffer(f"t{len(self.program.temps)}", shape, dtype, "temp")
+        self.program.temps.append(buf)
+        return buf
+
+    def constant_buffer(self, value: np.ndarray) -> Buffer:
+        key = hashlib.sha1(value.tobytes() + str((value.shape, value.dtype)).encode()).hexdigest()
+        if key not in self._consts:
+            buf = Buffer(f"c{len(self.program.consts)}", value.shape, dtypes.as_dtype(value.dtype), "const",
+                         value=np.ascontiguousarray(value))
+            self.program.consts.append(buf)
+            self._consts[key] = buf
+        return self._consts[key]
+
+    def emit(self, stmt: Stmt) -> None:
+        self.block.append(stmt)
+
+    @contextlib.contextmanager
+    def into(self, block: list[Stmt]) -> Iterator[list[Stmt]]:
+        saved, self.block = self.block, block
+        try:
+            yield block
+        finally:
+            self.block = saved
+
+    def materialize(self, x: Lazy, hint: str = "t", into: Buffer | None = None) -> Lazy:
+        """``x`` in a dense buffer: itself if it already is one, else a kernel that writes it."""
+        if into is None and x.view is not None and x.view.is_contiguous:
+            return x
+        buf = into or self.new_temp(x.shape, x.dtype, hint)
+        assert buf.size == x.size, f"materialize: {x.shape} into {buf!r}"
+        idx = tuple(ivar(f"i{k}") for k in range(len(x.shape)))
+        value = x.build(idx)
+        if value.dtype != buf.dtype:
+            from popjit.loop.ir import Apply
+
+            value = Apply("cast", (value,), buf.dtype, (("dtype", buf.dtype),))
+        store = Store(buf, flat_index(idx, rm(x.shape)), value)
+        self.emit(Kernel(self.name("copy" if not x.ops else x.ops[-1], x.ops), tuple(x.shape), [store], None, x.ops))
+        return Lazy.of_buffer(buf, x.shape)
+
+    # -- graph walking ---------------------------------------------------------------------------
+    def lower_nodes(self, region: Region) -> None:
+        for node in region.nodes:
+            op = registry.get(node.op)
+            lower = registry.facet(op, "lower")
+            outs = lower(self, node, [self.env[v.uid] for v in node.inputs])
+            assert len(outs) == len(node.outputs), f"{node.op} lowered to {len(outs)} values, not {len(node.outputs)}"
+            for v, lz in zip(node.outputs, outs):
+                assert lz.shape == v.shape, f"{node.op}: lowered shape {lz.shape} != {v.shape}"
+                self.env[v.uid] = self.materialize(lz, node.op) if v.uid in self.plan else lz
+
+    def bind(self, values: Sequence[Value], buffers: Sequence[Buffer]) -> None:
+        for v, b in zip(values, buffers):
+            self.env[v.uid] = Lazy.of_buffer(b, v.shape)
+
+    def lower_while(self, node: Node, args: list[Lazy]) -> list[Lazy]:
+        cond, body = node.regions
+        carried = [self.new_temp(v.shape, v.dtype, "carried") for v in node.inputs]
+        for lz, buf in zip(args, carried):
+            self.materialize(lz, into=buf)
+        trip = node.attrs.get("trip_count")
+        limit = node.attrs.get("max_iterations")
+        cond_block: list[Stmt] = []
+        pred = None
+        if trip is None:
+            with self.into(cond_block):
+                self.bind(cond.params, carried)
+                self.lower_nodes(cond)
+                pred = self.materialize(self.env[cond.results[0].uid], into=self.new_temp((), dtypes.bool_, "pred"))
+        body_block: list[Stmt] = []
+        with self.into(body_block):
+            self.bind(body.params, carried)
+            self.lower_nodes(body)
+            self._write_back([self.env[v.uid] for v in body.results], carried)
+        if trip is not None:
+            count = trip if limit is None else min(trip, limit)
+            self.emit(Repeat(int(count), body_block))
+        else:
+            assert pred is not None and pred.view is not None
+            self.emit(While(cond_block, pred.view.buffer, body_block, limit))
+        return [Lazy.of_buffer(b) for b in carried]
+
+    def _write_back(self, values: list[Lazy], targets: list[Buffer]) -> None:
+        """Set each target buffer to its new value, all reads before any write (a swap stays a swap)."""
+        staged = []
+        for lz, buf in zip(values, targets):
+            if lz.view is not None and lz.view.buffer is buf and lz.view.is_contiguous:
+                continue
+            staged.append((self.materialize(lz, "next"), buf))
+        for src, buf in staged:
+            assert src.view is not None
+            self.emit(Copy(buf, src.view.buffer))
+
+    def lower_if(self, node: Node, args: list[Lazy]) -> list[Lazy]:
+        pred = self.materialize(args[0], "pred")
+        outs = [self.new_temp(v.shape, v.dtype, "branch") for v in node.outputs]
+        blocks: list[list[Stmt]] = [[], []]
+        for region, block in zip(node.regions, blocks):
+            with self.into(block):
+                self.lower_nodes(region)
+                for v, buf in zip(region.results, outs):
+                    self.materialize(self.env[v.uid], into=buf)
+        assert pred.view is not None
+        self.emit(If(pred.view.buffer, blocks[0], blocks[1]))
+        return [Lazy.of_buffer(b) for b in outs]
+
+    # -- the whole graph -----------------------------------------------------------------------------
+    def lower_graph(self) -> Program:
+        g = self.graph
+        for p, b in zip(g.params, g.param_bindings):
+            kind = "arg" if b.kind == "arg" else "var"
+            buf = Buffer(f"{'a' if kind == 'arg' else 'v'}{b.key}", p.shape, p.dtype, kind, binding=b.key)
+            (self.program.args if kind == "arg" else self.program.variables).append(buf)
+            self.env[p.uid] = Lazy.of_buffer(buf, p.shape)
+        self.lower_nodes(g.region)
+        self._lower_results()
+        return self.program
+
+    def _lower_results(self) -> None:
+        g, prog = self.graph, self.program
+        claimed: set[int] = set()
+        outs: dict[int, Buffer] = {}
+        for v, b in zip(g.results, g.result_bindings):
+            if b.kind != "out":
+                continue
+            lz = self.env[v.uid]
+            buf = lz.view.buffer if lz.view is not None and lz.view.is_contiguous else None
+            if buf is not None and buf.kind == "temp" and buf.uid not in claimed and buf.shape == v.shape:
+                prog.temps.remove(buf)
+                buf.kind, buf.binding, buf.name = "out", b.key, f"o{b.key}"
+                claimed.add(buf.uid)
+                outs[b.key] = buf
+            else:
+                out = Buffer(f"o{b.key}", v.shape, v.dtype, "out", binding=b.key)
+                self.materialize(lz, into=out)
+                outs[b.key] = out
+        prog.outs = [outs[k] for k in sorted(outs)]
+        var_bufs = {buf.binding: buf for buf in prog.variables}
+        updates, targets = [], []
+        for v, b in zip(g.results, g.result_bindings):
+            if b.kind == "var":
+                if b.key not in var_bufs:
+                    buf = Buffer(f"v{b.key}", v.shape, v.dtype, "var", binding=b.key)
+                    prog.variables.append(buf)
+                    var_bufs[b.key] = buf
+                updates.append(self.env[v.uid])
+                targets.append(var_bufs[b.key])
+        self._write_back(updates, targets)
+
+
+def lower(graph: Graph, plan: FusionPlan | None = None) -> Program:
+    """Lower a verified graph to a loop-IR program."""
+    return LowerCtx(graph, plan or plan_fusion(graph)).lower_graph()

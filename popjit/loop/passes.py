@@ -1,0 +1,248 @@
+"""Loop-IR passes: ``program -> program``.
+
+- ``collapse_dims``: drop size-1 loop dimensions and merge adjacent ones that every index
+  walks contiguously, so ``x + y`` on any rank of same-shape tensors is one flat loop (and the
+  same codelet for every shape);
+- ``elide_copies``: when a kernel's result is only copied into a buffer it reads at the same
+  index (a loop-carried value, a variable update), write that buffer in place instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from popjit.loop.ir import (
+    Copy,
+    Expr,
+    IAtom,
+    IDiv,
+    If,
+    ILin,
+    IMax,
+    IMin,
+    IMod,
+    IndexValue,
+    IValue,
+    IVar,
+    Kernel,
+    Load,
+    Program,
+    Reduce,
+    Repeat,
+    Stmt,
+    Store,
+    While,
+    as_index,
+    ivar,
+)
+
+# ----------------------------------------------------------------------------------------------
+# collapse_dims
+
+
+def _expr_ilins(e: Expr) -> Iterator[ILin]:
+    for x in e.walk():
+        if isinstance(x, Load):
+            yield from _ilin_tree(x.index)
+        elif isinstance(x, IndexValue):
+            yield from _ilin_tree(x.index)
+
+
+def _ilin_tree(ix: ILin) -> Iterator[ILin]:
+    yield ix
+    for atom, _ in ix.terms:
+        yield from _atom_ilins(atom)
+
+
+def _atom_ilins(a: IAtom) -> Iterator[ILin]:
+    if isinstance(a, (IDiv, IMod)):
+        yield from _ilin_tree(a.x)
+    elif isinstance(a, (IMin, IMax)):
+        yield from _ilin_tree(a.a)
+        yield from _ilin_tree(a.b)
+    elif isinstance(a, IValue):
+        yield from _expr_ilins(a.expr)
+
+
+def _kernel_ilins(k: Kernel) -> list[ILin]:
+    out: list[ILin] = []
+    for s in k.stores:
+        out.extend(_ilin_tree(s.index))
+        out.extend(_expr_ilins(s.value))
+    return out
+
+
+def _nonlinear_vars(ilins: list[ILin]) -> set[str]:
+    """Loop variables that appear inside a div, mod, min, max or gathered value."""
+    pinned: set[str] = set()
+    for ix in ilins:
+        for atom, _ in ix.terms:
+            if not isinstance(atom, IVar):
+                pinned |= {a.name for a in _sub_vars(atom)}
+    return pinned
+
+
+def _sub_vars(atom: IAtom) -> Iterator[IVar]:
+    for ix in _atom_ilins(atom):
+        for a in ix.atoms():
+            if isinstance(a, IVar):
+                yield a
+
+
+def _collapse_group(names: list[str], sizes: list[int], ilins: list[ILin], pinned: set[str],
+                    prefix: str) -> tuple[list[int], dict[IAtom, ILin]]:
+    """Drop size-1 dims and merge runs of adjacent dims that every index walks contiguously.
+
+    Returns the new sizes and the substitution old variable -> index in the new variables
+    ``{prefix}0..``. Dims ``a, b`` merge when every index has ``coef(a) == coef(b) * size(b)``;
+    then ``coef(a)*a + coef(b)*b == coef(b) * j`` for the merged variable ``j``.
+    """
+    subst: dict[IAtom, ILin] = {}
+    groups: list[list[tuple[str, int]]] = []
+    for n, s in zip(names, sizes):
+        if s == 1:
+            subst[IVar(n)] = as_index(0)
+            continue
+        if groups and n not in pinned:
+            prev = groups[-1][-1][0]
+            if prev not in pinned and all(ix.coef(IVar(prev)) == ix.coef(IVar(n)) * s for ix in ilins):
+                groups[-1].append((n, s))
+                continue
+        groups.append([(n, s)])
+    new_sizes = []
+    for g, members in enumerate(groups):
+        size = 1
+        for _, s in members:
+            size *= s
+        new_sizes.append(size)
+        for name, _ in members[:-1]:
+            subst[IVar(name)] = as_index(0)
+        subst[IVar(members[-1][0])] = ivar(f"{prefix}{g}")
+    return new_sizes, subst
+
+
+def collapse_kernel(k: Kernel) -> Kernel:
+    """``k`` with size-1 dims dropped and contiguous dims merged (same iteration, fewer loops)."""
+    if k.reduce is not None and k.reduce.mode == "scan":
+        return k
+    ilins = _kernel_ilins(k)
+    pinned = _nonlinear_vars(ilins)
+    dsizes, dsub = _collapse_group([f"i{j}" for j in range(len(k.domain))], list(k.domain), ilins, pinned, "_d")
+    reduce = k.reduce
+    rsub: dict[IAtom, ILin] = {}
+    if reduce is not None and reduce.op not in ("argmax", "argmin"):
+        rnames = [f"r{j}" for j in range(len(reduce.rdomain))]
+        rsizes, rsub = _collapse_group(rnames, list(reduce.rdomain), ilins, pinned, "_r")
+        reduce = Reduce(reduce.op, tuple(rsizes), reduce.mode, reduce.exclusive, reduce.reverse)
+    mapping = {**dsub, **rsub}
+    rename: dict[IAtom, ILin] = {IVar(f"_d{j}"): ivar(f"i{j}") for j in range(len(dsizes))}
+    rename.update({IVar(f"_r{j}"): ivar(f"r{j}") for j in range(len(reduce.rdomain) if reduce else 0)})
+    stores = [Store(s.buf, s.index.substitute(mapping).substitute(rename),
+                    s.value.substitute(mapping).substitute(rename)) for s in k.stores]
+    return Kernel(k.name, tuple(dsizes), stores, reduce, k.ops)
+
+
+def _map_blocks(stmts: list[Stmt], fn: object) -> list[Stmt]:
+    out: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, Kernel):
+            out.append(fn(s))  # type: ignore[operator]
+        elif isinstance(s, Repeat):
+            out.append(Repeat(s.count, _map_blocks(s.body, fn)))
+        elif isinstance(s, While):
+            out.append(While(_map_blocks(s.cond, fn), s.pred, _map_blocks(s.body, fn), s.max_iterations))
+        elif isinstance(s, If):
+            out.append(If(s.pred, _map_blocks(s.then, fn), _map_blocks(s.orelse, fn)))
+        else:
+            out.append(s)
+    return out
+
+
+def collapse_dims(program: Program) -> Program:
+    program.body = _map_blocks(program.body, collapse_kernel)
+    return program
+
+
+# ----------------------------------------------------------------------------------------------
+# elide_copies
+
+
+def _reads(s: Stmt) -> set[int]:
+    if isinstance(s, (Kernel,)) or hasattr(s, "reads"):
+        out = {b.uid for b in s.reads()}  # type: ignore[attr-defined]
+    else:
+        out = set()
+    for block in s.children():
+        for t in block:
+            out |= _reads(t)
+    return out
+
+
+def _writes(s: Stmt) -> set[int]:
+    out = {b.uid for b in s.writes()} if hasattr(s, "writes") else set()  # type: ignore[attr-defined]
+    for block in s.children():
+        for t in block:
+            out |= _writes(t)
+    return out
+
+
+def _all_reads(stmts: list[Stmt]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for s in stmts:
+        for t in s.walk():
+            if hasattr(t, "reads"):
+                for b in t.reads():  # type: ignore[attr-defined]
+                    counts[b.uid] = counts.get(b.uid, 0) + 1
+    return counts
+
+
+def _inplace_ok(k: Kernel, dst_uid: int) -> bool:
+    """The kernel reads ``dst`` only at the index it stores to (each element read, then written)."""
+    if k.reduce is not None or len(k.stores) != 1:
+        return False
+    (store,) = k.stores
+    for ld in store.value.loads():
+        if ld.buf.uid == dst_uid and ld.index != store.index:
+            return False
+    return all(not isinstance(a, IValue) for a in store.index.atoms())
+
+
+def _elide_block(stmts: list[Stmt], read_counts: dict[int, int], program: Program) -> list[Stmt]:
+    stmts = [_elide_children(s, read_counts, program) for s in stmts]
+    out = list(stmts)
+    for ci, c in enumerate(stmts):
+        if not isinstance(c, Copy) or c.src.kind != "temp" or read_counts.get(c.src.uid, 0) != 1:
+            continue
+        if c.dst.size != c.src.size or c.dst.dtype != c.src.dtype:
+            continue
+        for ki in range(ci - 1, -1, -1):
+            k = stmts[ki]
+            if isinstance(k, Kernel) and c.src in k.writes():
+                between = stmts[ki + 1:ci]
+                clash = any(c.dst.uid in (_reads(s) | _writes(s)) or c.src.uid in _writes(s) for s in between)
+                if not clash and _inplace_ok(k, c.dst.uid):
+                    (store,) = k.stores
+                    k.stores = [Store(c.dst, store.index, store.value)]
+                    out[ci] = None  # type: ignore[call-overload]
+                    if c.src in program.temps:
+                        program.temps.remove(c.src)
+                break
+            if c.src.uid in _writes(k) or c.src.uid in _reads(k):
+                break
+    return [s for s in out if s is not None]
+
+
+def _elide_children(s: Stmt, read_counts: dict[int, int], program: Program) -> Stmt:
+    if isinstance(s, Repeat):
+        return Repeat(s.count, _elide_block(s.body, read_counts, program))
+    if isinstance(s, While):
+        return While(_elide_block(s.cond, read_counts, program), s.pred, _elide_block(s.body, read_counts, program),
+                     s.max_iterations)
+    if isinstance(s, If):
+        return If(s.pred, _elide_block(s.then, read_counts, program), _elide_block(s.orelse, read_counts, program))
+    return s
+
+
+def elide_copies(program: Program) -> Program:
+    program.body = _elide_block(program.body, _all_reads(program.body), program)
+    return program

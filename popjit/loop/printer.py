@@ -1,0 +1,127 @@
+"""Text form of the loop IR: indented loop nests.
+
+    program f(a0:f32[1024] @arg:0) -> (o0 @out:0)
+      kernel k0_add_exp [1024]:
+        o0[i0] = add(exp(a0[i0]), 1.0)
+"""
+
+from __future__ import annotations
+
+from popjit.loop.ir import (
+    Apply,
+    Const,
+    Copy,
+    Expr,
+    IAtom,
+    IDiv,
+    If,
+    ILin,
+    IMax,
+    IMin,
+    IMod,
+    IndexValue,
+    IValue,
+    IVar,
+    Kernel,
+    Load,
+    MatMul,
+    Program,
+    Repeat,
+    Stmt,
+    While,
+)
+
+
+def format_atom(a: IAtom) -> str:
+    if isinstance(a, IVar):
+        return a.name
+    if isinstance(a, IDiv):
+        return f"({format_index(a.x)} // {a.c})"
+    if isinstance(a, IMod):
+        return f"({format_index(a.x)} % {a.c})"
+    if isinstance(a, IMin):
+        return f"min({format_index(a.a)}, {format_index(a.b)})"
+    if isinstance(a, IMax):
+        return f"max({format_index(a.a)}, {format_index(a.b)})"
+    if isinstance(a, IValue):
+        return f"int({format_expr(a.expr)})"
+    raise TypeError(a)
+
+
+def format_index(ix: ILin) -> str:
+    parts = []
+    for a, c in ix.terms:
+        s = format_atom(a)
+        parts.append(s if c == 1 else f"{s}*{c}")
+    if ix.const or not parts:
+        parts.append(str(ix.const))
+    return " + ".join(parts).replace("+ -", "- ")
+
+
+def format_expr(e: Expr) -> str:
+    if isinstance(e, Load):
+        return f"{e.buf.name}[{format_index(e.index)}]"
+    if isinstance(e, Const):
+        return repr(e.value) if not isinstance(e.value, bool) else str(e.value)
+    if isinstance(e, IndexValue):
+        return f"{e.dtype.short}({format_index(e.index)})"
+    if isinstance(e, Apply):
+        attrs = "".join(f", {k}={v}" for k, v in e.attrs)
+        return f"{e.op}({', '.join(format_expr(a) for a in e.args)}{attrs})"
+    raise TypeError(e)
+
+
+def _format_kernel(k: Kernel, ind: str, out: list[str]) -> None:
+    head = f"{ind}kernel {k.name} [{','.join(map(str, k.domain))}]"
+    if k.reduce:
+        r = k.reduce
+        flags = "".join(f" {f}" for f in ("exclusive", "reverse") if getattr(r, f))
+        head += f" {r.mode} {r.op} over [{','.join(map(str, r.rdomain))}]{flags}"
+    out.append(head + ":")
+    for s in k.stores:
+        out.append(f"{ind}  {s.buf.name}[{format_index(s.index)}] = {format_expr(s.value)}")
+
+
+def format_stmts(stmts: list[Stmt], ind: str, out: list[str]) -> None:
+    for s in stmts:
+        if isinstance(s, Kernel):
+            _format_kernel(s, ind, out)
+        elif isinstance(s, MatMul):
+            out.append(
+                f"{ind}matmul {s.name} {s.out.name} = {s.a.name}{'.T' if s.ta else ''} @ {s.b.name}"
+                f"{'.T' if s.tb else ''}  batch={s.batch} m={s.m} n={s.n} k={s.k} "
+                f"strides=({s.a_batch_stride},{s.b_batch_stride})"
+            )
+        elif isinstance(s, Copy):
+            out.append(f"{ind}copy {s.dst.name} <- {s.src.name}")
+        elif isinstance(s, Repeat):
+            out.append(f"{ind}repeat {s.count}:")
+            format_stmts(s.body, ind + "  ", out)
+        elif isinstance(s, While):
+            limit = f" (at most {s.max_iterations})" if s.max_iterations is not None else ""
+            out.append(f"{ind}while {s.pred.name}{limit}:")
+            out.append(f"{ind}  cond:")
+            format_stmts(s.cond, ind + "    ", out)
+            out.append(f"{ind}  body:")
+            format_stmts(s.body, ind + "    ", out)
+        elif isinstance(s, If):
+            out.append(f"{ind}if {s.pred.name}:")
+            format_stmts(s.then, ind + "  ", out)
+            out.append(f"{ind}else:")
+            format_stmts(s.orelse, ind + "  ", out)
+        else:
+            out.append(f"{ind}{s!r}")
+
+
+def print_program(p: Program) -> str:
+    def decl(b: object) -> str:
+        return f"{b!r} @{getattr(b, 'kind')}:{getattr(b, 'binding')}"
+
+    ins = ", ".join(decl(b) for b in [*p.args, *p.variables])
+    out = [f"program {p.name}({ins}) -> ({', '.join(decl(b) for b in p.outs)})"]
+    if p.consts:
+        out.append("  consts: " + ", ".join(repr(b) for b in p.consts))
+    if p.temps:
+        out.append("  temps: " + ", ".join(repr(b) for b in p.temps))
+    format_stmts(p.body, "  ", out)
+    return "\n".join(out)

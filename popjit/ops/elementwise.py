@@ -1,0 +1,299 @@
+"""Element-wise ops: unary, binary (with NumPy broadcasting), select and cast.
+
+Each row defines the op once: allowed dtypes, NumPy reference, the scalar Numba template used by
+generated codelets, and the per-loop cycle figures of the matching poplibs vertex
+(``spec/ipu_arch.md`` §3.2–3.3; rows marked ``# est`` have no published figure and are estimates).
+
+Scalar templates receive argument expressions already in *compute* form: float16 and float32
+values are float32, integers are integers, booleans are booleans. ``{0}``, ``{1}`` name the
+arguments; ``km`` is :mod:`popjit.kernels.math`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import scipy.special
+
+from popjit import dtypes
+from popjit.dtypes import DType
+from popjit.graph.ir import Aval
+from popjit.loop.lazy import elementwise
+from popjit.ops.registry import BINARY, ELEMENTWISE, UNARY, ElementCost, OpDef, register
+from popjit.ops.shapes import ANY, broadcast_shapes, check_dtype, same_dtype
+
+FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
+INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64)
+NUMERIC = FLOATS + INTS
+BOOL = (dtypes.bool_,)
+Template = str | Callable[..., str] | dict[str, str]
+
+
+def _f64(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[..., np.ndarray]:
+    """Reference computed in float64 and rounded to the input's dtype."""
+
+    def ref(x: np.ndarray, **_: Any) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(x.astype(np.float64))).astype(x.dtype)
+
+    return ref
+
+
+def _same(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """Reference keeping the first input's dtype (NumPy may promote)."""
+
+    def ref(*xs: np.ndarray, **attrs: Any) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(*xs, **attrs)).astype(xs[0].dtype)
+
+    return ref
+
+
+def render(template: Template, args: list[str], in_dtype: DType, **attrs: Any) -> str:
+    """Fill a scalar template for the input dtype family (``float``/``int``/``bool``)."""
+    if isinstance(template, dict):
+        family = "float" if in_dtype.is_floating else ("bool" if in_dtype.is_bool else "int")
+        template = template.get(family) or template["any"]
+    if callable(template):
+        return template(*args, dtype=in_dtype, **attrs)
+    return template.format(*args)
+
+
+def _lower_elementwise(ctx: Any, node: Any, args: list[Any]) -> list[Any]:
+    out = node.outputs[0].aval
+    return [elementwise(node.op, args, out.shape, out.dtype, node.attrs)]
+
+
+def _scalar(template: Template) -> Callable[..., str]:
+    def scalar(args: list[str], in_dtype: DType, **attrs: Any) -> str:
+        return render(template, args, in_dtype, **attrs)
+
+    return scalar
+
+
+# ----------------------------------------------------------------------------------------------
+# Unary
+
+
+def unary(name: str, ref: Callable[..., np.ndarray], template: Template, allowed: tuple[DType, ...] = FLOATS,
+          cost: ElementCost = ElementCost(), out: DType | None = None, doc: str = "") -> OpDef:
+    """Register a unary element-wise op."""
+
+    def infer(x: Aval, **attrs: Any) -> Aval:
+        check_dtype(name, x.dtype, allowed)
+        return Aval(x.shape, out or x.dtype)
+
+    return register(OpDef(name, UNARY, infer, ref, _lower_elementwise, _scalar(template), cost, doc=doc))
+
+
+def _c(f: tuple[int, int, bool], h: tuple[int, int, bool], i: tuple[int, int, bool] = (7, 1, False),
+       flops: int = 1) -> ElementCost:
+    return ElementCost(f, h, i, flops)
+
+
+NAT_F, NAT_H = (2, 2, True), (2, 4, True)
+
+unary("neg", lambda x: np.negative(x), "(-{0})", NUMERIC, _c((2, 2, False), (2, 4, False), (2, 1, False)))
+unary("abs", lambda x: np.abs(x), "abs({0})", NUMERIC, _c((1, 1, True), (1, 1, True), (2, 1, False)))
+unary("exp", _f64(np.exp), "km.exp({0})", FLOATS, _c((6, 2, False), (4, 4, False)))
+unary("expm1", _f64(np.expm1), "km.expm1({0})", FLOATS, _c((8, 2, False), (6, 4, False)))  # est
+unary("log", _f64(np.log), "km.log({0})", FLOATS, _c((12, 2, False), (4, 4, False)))
+unary("log1p", _f64(np.log1p), "km.log1p({0})", FLOATS, _c((14, 2, False), (6, 4, False)))  # est
+unary("sqrt", _f64(np.sqrt), "km.sqrt({0})", FLOATS, _c((10, 2, False), (23, 4, False)))
+unary("rsqrt", _f64(lambda x: 1.0 / np.sqrt(x)), "km.rsqrt({0})", FLOATS, _c((8, 2, False), (19, 4, False)))
+unary("square", lambda x: np.square(x), "({0} * {0})", NUMERIC, _c((2, 2, False), (2, 4, False)))
+unary("tanh", _f64(np.tanh), "km.tanh({0})", FLOATS, _c((12, 2, False), (4, 4, False)))
+unary("sigmoid", _f64(lambda x: 0.5 * (1.0 + np.tanh(0.5 * x))), "km.sigmoid({0})", FLOATS,
+      _c((12, 2, False), (6, 4, False)))
+unary("relu", _same(lambda x: np.maximum(x, 0)), {"float": "km.fmax({0}, km.F0)", "int": "max({0}, 0)"}, NUMERIC,
+      _c((3, 2, False), (3, 4, False)))
+unary("relu6", _same(lambda x: np.minimum(np.maximum(x, 0), 6)),
+      {"float": "km.fmin(km.fmax({0}, km.F0), km.F6)", "int": "min(max({0}, 0), 6)"}, NUMERIC,
+      _c((4, 2, False), (4, 4, False)))  # est
+unary("elu", _f64(lambda x: np.where(x > 0, x, np.expm1(x))), "km.elu({0})", FLOATS,
+      _c((8, 2, False), (8, 4, False)))  # est
+
+
+def _gelu_ref(x: np.ndarray, approximate: bool = False) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        d = x.astype(np.float64)
+        if approximate:
+            y = 0.5 * d * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (d + 0.044715 * d**3)))
+        else:
+            y = 0.5 * d * (1.0 + scipy.special.erf(d / np.sqrt(2.0)))
+        return y.astype(x.dtype)
+
+
+unary("gelu", _gelu_ref, lambda x, dtype, approximate=False: f"km.gelu_tanh({x})" if approximate
+      else f"km.gelu_erf({x})", FLOATS, _c((22, 1, False), (16, 1, False)))
+unary("softplus", _f64(lambda x: np.logaddexp(0.0, x)), "km.softplus({0})", FLOATS,
+      _c((18, 2, False), (10, 4, False)))  # est
+unary("sin", _f64(np.sin), "km.sin({0})", FLOATS, _c((2300, 1, False), (25, 1, False)))
+unary("cos", _f64(np.cos), "km.cos({0})", FLOATS, _c((2300, 1, False), (25, 1, False)))
+unary("floor", lambda x: np.floor(x), "np.floor({0})", FLOATS, _c(NAT_F, NAT_H))
+unary("ceil", lambda x: np.ceil(x), "np.ceil({0})", FLOATS, _c(NAT_F, NAT_H))
+unary("round", lambda x: np.round(x), "km.round_half_even({0})", FLOATS, _c(NAT_F, NAT_H))
+unary("sign", lambda x: np.sign(x), {"float": "km.sign({0})", "int": "(1 if {0} > 0 else (-1 if {0} < 0 else 0))"}, NUMERIC,
+      _c((3, 2, False), (3, 4, False)))  # est
+unary("reciprocal", _f64(lambda x: 1.0 / x), "(km.F1 / {0})", FLOATS, _c((6, 2, False), (15, 4, False)))
+unary("erf", _f64(scipy.special.erf), "km.erf({0})", FLOATS, _c((41, 1, False), (13, 1, False)))
+unary("logical_not", lambda x: np.logical_not(x), "(not {0})", BOOL, _c((2, 4, False), (2, 4, False), (2, 4, False)))
+unary("is_nan", lambda x: np.isnan(x), "km.is_nan({0})", FLOATS, _c((3, 2, False), (3, 4, False)), out=dtypes.bool_)
+unary("is_finite", lambda x: np.isfinite(x), "km.is_finite({0})", FLOATS, _c((3, 2, False), (3, 4, False)),
+      out=dtypes.bool_)
+
+# ----------------------------------------------------------------------------------------------
+# Binary
+
+
+def binary(name: str, ref: Callable[..., np.ndarray], template: Template, allowed: tuple[DType, ...] = NUMERIC,
+           cost: ElementCost = ElementCost(), out: DType | None = None, commutative: bool = False,
+           tf_name: str = "") -> OpDef:
+    """Register a binary element-wise op with NumPy broadcasting."""
+    tf_name = tf_name or name.title().replace("_", "")
+
+    def infer(x: Aval, y: Aval, **attrs: Any) -> Aval:
+        dtype = same_dtype(tf_name, x, y)
+        check_dtype(name, dtype, allowed)
+        return Aval(broadcast_shapes(x.shape, y.shape, op=tf_name), out or dtype)
+
+    return register(OpDef(name, BINARY, infer, ref, _lower_elementwise, _scalar(template), cost,
+                          commutative=commutative))
+
+
+def _int_floordiv(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    safe = np.where(y == 0, 1, y)
+    return np.where(y == 0, -1, np.floor_divide(x, safe)).astype(np.result_type(x, y))
+
+
+def _int_floormod(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    safe = np.where(y == 0, 1, y)
+    return np.where(y == 0, x, np.mod(x, safe)).astype(np.result_type(x, y))
+
+
+def _floordiv_ref(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if x.dtype.kind in "iu":
+        return _int_floordiv(x, y)
+    with np.errstate(all="ignore"):
+        return np.floor(x / y).astype(x.dtype)
+
+
+def _mod_ref(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if x.dtype.kind in "iu":
+        return _int_floormod(x, y)
+    with np.errstate(all="ignore"):
+        return np.mod(x, y).astype(x.dtype)
+
+
+def _pow_ref(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if x.dtype.kind in "iu":
+        xb, yb = np.broadcast_arrays(x.astype(np.int64), y.astype(np.int64))
+        out = np.ones(xb.shape, np.int64)
+        base, exp = xb.copy(), yb.copy()
+        neg = exp < 0
+        exp = np.where(neg, 0, exp)
+        while np.any(exp > 0):
+            odd = (exp & 1) == 1
+            out = np.where(odd, out * base, out)
+            base = base * base
+            exp >>= 1
+        out = np.where(neg, np.where(xb == 1, 1, np.where(xb == -1, np.where(yb % 2 == 0, 1, -1), 0)), out)
+        return out.astype(x.dtype)
+    with np.errstate(all="ignore"):
+        return np.power(x.astype(np.float64), y.astype(np.float64)).astype(x.dtype)
+
+
+_ADD = _c((1, 2, True), (1, 4, True), (7, 1, False))
+_CMP = _c((14, 4, False), (9, 4, False), (22, 4, False))
+binary("add", _same(np.add), "({0} + {1})", NUMERIC, _ADD, commutative=True, tf_name="AddV2")
+binary("sub", _same(np.subtract), "({0} - {1})", NUMERIC, _ADD, tf_name="Sub")
+binary("mul", _same(np.multiply), "({0} * {1})", NUMERIC, _ADD, commutative=True, tf_name="Mul")
+binary("div", _same(np.true_divide), "({0} / {1})", FLOATS, _c((10, 2, False), (21, 4, False), (277, 1, False)),
+       tf_name="RealDiv")
+binary("floordiv", _floordiv_ref, {"float": "np.floor({0} / {1})", "int": "km.floordiv_i({0}, {1})"}, NUMERIC,
+       _c((12, 2, False), (23, 4, False), (277, 1, False)), tf_name="FloorDiv")  # est
+binary("mod", _mod_ref, {"float": "km.floormod_f({0}, {1})", "int": "km.floormod_i({0}, {1})"}, NUMERIC,
+       _c((133, 2, False), (300, 4, False), (292, 1, False)), tf_name="FloorMod")
+binary("pow", _pow_ref, {"float": "km.pow_f({0}, {1})", "int": "km.pow_i({0}, {1})"}, NUMERIC,
+       _c((312, 1, False), (325, 1, False), (32, 1, False)), tf_name="Pow")
+binary("maximum", _same(np.maximum), {"float": "km.fmax({0}, {1})", "any": "max({0}, {1})"}, NUMERIC,
+       _c((3, 2, False), (4, 4, False), (7, 1, False)), commutative=True, tf_name="Maximum")
+binary("minimum", _same(np.minimum), {"float": "km.fmin({0}, {1})", "any": "min({0}, {1})"}, NUMERIC,
+       _c((3, 2, False), (4, 4, False), (7, 1, False)), commutative=True, tf_name="Minimum")
+binary("squared_difference", _same(lambda x, y: np.square(x - y)), "(({0} - {1}) * ({0} - {1}))", NUMERIC,
+       _c((2, 2, True), (2, 4, True), (14, 1, False), flops=2), commutative=True, tf_name="SquaredDifference")
+binary("equal", lambda x, y: np.equal(x, y), "({0} == {1})", ANY, _CMP, dtypes.bool_, True, "Equal")
+binary("not_equal", lambda x, y: np.not_equal(x, y), "({0} != {1})", ANY, _CMP, dtypes.bool_, True, "NotEqual")
+binary("less", lambda x, y: np.less(x, y), "({0} < {1})", NUMERIC, _CMP, dtypes.bool_, tf_name="Less")
+binary("less_equal", lambda x, y: np.less_equal(x, y), "({0} <= {1})", NUMERIC, _CMP, dtypes.bool_, tf_name="LessEqual")
+binary("greater", lambda x, y: np.greater(x, y), "({0} > {1})", NUMERIC, _CMP, dtypes.bool_, tf_name="Greater")
+binary("greater_equal", lambda x, y: np.greater_equal(x, y), "({0} >= {1})", NUMERIC, _CMP, dtypes.bool_,
+       tf_name="GreaterEqual")
+binary("logical_and", lambda x, y: np.logical_and(x, y), "({0} and {1})", BOOL,
+       _c((5, 4, False), (5, 4, False), (5, 4, False)), commutative=True, tf_name="LogicalAnd")
+binary("logical_or", lambda x, y: np.logical_or(x, y), "({0} or {1})", BOOL,
+       _c((5, 4, False), (5, 4, False), (5, 4, False)), commutative=True, tf_name="LogicalOr")
+
+# ----------------------------------------------------------------------------------------------
+# Select and cast
+
+
+def _select_infer(c: Aval, x: Aval, y: Aval) -> Aval:
+    if not c.dtype.is_bool:
+        check_dtype("select", c.dtype, BOOL)
+    dtype = same_dtype("SelectV2", x, y)
+    return Aval(broadcast_shapes(c.shape, x.shape, y.shape, op="SelectV2"), dtype)
+
+
+register(OpDef(
+    "select", ELEMENTWISE, _select_infer, lambda c, x, y: np.where(c, x, y).astype(x.dtype),
+    _lower_elementwise, _scalar("({1} if {0} else {2})"), _c((4, 2, False), (4, 4, False), (4, 1, False)),
+    doc="tf.where(cond, x, y) with broadcasting",
+))
+
+
+def _cast_infer(x: Aval, dtype: DType) -> Aval:
+    return Aval(x.shape, dtype)
+
+
+def _cast_ref(x: np.ndarray, dtype: DType) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        if dtype.is_integer and x.dtype.kind == "f":
+            info = np.iinfo(dtype.np)
+            # why: float→int truncates toward zero; out-of-range and NaN give INT_MIN like x86 / TF.
+            bad = ~np.isfinite(x) | (x >= 2.0**(8 * dtype.size - (0 if dtype.is_unsigned else 1))) | (x < info.min)
+            return np.where(bad, info.min if not dtype.is_unsigned else 0, np.trunc(np.where(bad, 0, x))).astype(dtype.np)
+        if dtype.is_bool:
+            return x != 0
+        return x.astype(dtype.np)
+
+
+def _cast_scalar(args: list[str], in_dtype: DType, dtype: DType) -> str:
+    (x,) = args
+    if dtype.is_bool:
+        return f"({x} != 0)"
+    if dtype.is_floating:
+        return f"np.float32({x})" if dtype != dtypes.float64 else f"np.float64({x})"
+    if in_dtype.is_floating:
+        bad = 0 if dtype.is_unsigned else int(dtype.min)
+        return f"km.f2i({x}, {int(dtype.min)}, {int(dtype.max)}, {bad})"
+    return f"np.{dtype.np.name}({x})"
+
+
+register(OpDef("cast", ELEMENTWISE, _cast_infer, _cast_ref, _lower_elementwise, _cast_scalar,
+               _c((3, 2, False), (2, 4, False), (3, 1, False)), doc="tf.cast"))
+
+
+def _truncdiv_ref(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        if x.dtype.kind in "iu":
+            safe = np.where(y == 0, 1, y)
+            q = np.abs(x) // np.abs(safe) * np.sign(x) * np.sign(safe)
+            return np.where(y == 0, -1, q).astype(np.result_type(x, y))
+        return np.trunc(x / y).astype(x.dtype)
+
+
+binary("truncdiv", _truncdiv_ref, {"float": "np.trunc({0} / {1})", "int": "km.truncdiv_i({0}, {1})"}, NUMERIC,
+       _c((12, 2, False), (23, 4, False), (277, 1, False)), tf_name="TruncateDiv")  # est

@@ -1,0 +1,140 @@
+"""Reductions (sum, prod, max, min, any, all), arg-reductions and cumulative sums.
+
+Lowering: one :class:`~popjit.loop.ir.Kernel` with a ``Reduce`` part; its domain is the kept
+axes and its ``rdomain`` the reduced ones, so an element-wise producer (``sum(x * x)``) fuses into
+the reduction's body.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from popjit import dtypes
+from popjit.dtypes import DType
+from popjit.graph.ir import Aval
+from popjit.loop.ir import Kernel, Reduce, Store, flat_index, ivar, row_major_strides
+from popjit.loop.lazy import Lazy
+from popjit.ops.registry import REDUCE, OpDef, register
+from popjit.ops.shapes import check_dtype, normalize_axes, normalize_axis
+
+FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
+NUMERIC = FLOATS + (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64)
+BOOL = (dtypes.bool_,)
+
+
+def reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) -> tuple[int, ...]:
+    if keepdims:
+        return tuple(1 if k in axes else d for k, d in enumerate(shape))
+    return tuple(d for k, d in enumerate(shape) if k not in axes)
+
+
+def _acc_dtype(x: np.ndarray) -> Any:
+    return np.float32 if x.dtype == np.float16 else None
+
+
+def _lower_reduction(ctx: Any, x: Lazy, axes: tuple[int, ...], reduce: str, out: Aval, mode: str = "reduce",
+                     exclusive: bool = False, reverse: bool = False) -> Lazy:
+    kept = [k for k in range(x.ndim) if k not in axes]
+    domain = tuple(x.shape[k] for k in kept) if mode == "reduce" else tuple(x.shape[k] for k in kept)
+    rdomain = tuple(x.shape[k] for k in axes)
+    dvars = {k: ivar(f"i{j}") for j, k in enumerate(kept)}
+    rvars = {k: ivar(f"r{j}") for j, k in enumerate(axes)}
+    idx = tuple(dvars[k] if k in dvars else rvars[k] for k in range(x.ndim))
+    body = x.build(idx)
+    buf = ctx.new_temp(out.shape, out.dtype, reduce)
+    if mode == "scan":
+        store_index = flat_index(idx, row_major_strides(x.shape))
+    else:
+        store_index = flat_index([dvars[k] for k in kept], row_major_strides(domain))
+    spec = Reduce(reduce, rdomain, mode, exclusive, reverse)
+    ctx.emit(Kernel(ctx.name(reduce, x.ops), domain, [Store(buf, store_index, body)], spec, x.ops + (reduce,)))
+    return Lazy.of_buffer(buf, out.shape)
+
+
+def reduction(name: str, reduce: str, ref: Any, allowed: tuple[DType, ...], keep_dtype: bool = True) -> OpDef:
+    """Register ``reduce_<op>(x, axes, keepdims)``."""
+
+    def infer(x: Aval, axes: tuple[int, ...], keepdims: bool = False) -> Aval:
+        check_dtype(name, x.dtype, allowed)
+        axes = normalize_axes(axes, x.ndim, name)
+        return Aval(reduced_shape(x.shape, axes, keepdims), x.dtype)
+
+    def reference(x: np.ndarray, axes: tuple[int, ...], keepdims: bool = False) -> np.ndarray:
+        axes = normalize_axes(axes, x.ndim, name)
+        with np.errstate(all="ignore"):
+            return np.asarray(ref(x, axes, keepdims)).astype(x.dtype)
+
+    def lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
+        axes = normalize_axes(node.attrs["axes"], args[0].ndim)
+        return [_lower_reduction(ctx, args[0], axes, reduce, node.outputs[0].aval)]
+
+    return register(OpDef(name, REDUCE, infer, reference, lower, extra={"reduce": reduce}))
+
+
+reduction("reduce_sum", "sum", lambda x, a, k: np.sum(x, axis=a, keepdims=k, dtype=_acc_dtype(x)), NUMERIC)
+reduction("reduce_prod", "prod", lambda x, a, k: np.prod(x, axis=a, keepdims=k, dtype=_acc_dtype(x)), NUMERIC)
+reduction("reduce_max", "max", lambda x, a, k: np.max(x, axis=a, keepdims=k, initial=_lowest(x)), NUMERIC)
+reduction("reduce_min", "min", lambda x, a, k: np.min(x, axis=a, keepdims=k, initial=_highest(x)), NUMERIC)
+reduction("reduce_any", "any", lambda x, a, k: np.any(x, axis=a, keepdims=k), BOOL)
+reduction("reduce_all", "all", lambda x, a, k: np.all(x, axis=a, keepdims=k), BOOL)
+
+
+def _lowest(x: np.ndarray) -> Any:
+    return -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+
+
+def _highest(x: np.ndarray) -> Any:
+    return np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).max
+
+
+def arg_reduction(name: str, reduce: str, np_fn: Any) -> OpDef:
+    """Register ``argmax``/``argmin(x, axis, output_type)``: the first index of the extreme."""
+
+    def infer(x: Aval, axis: int, output_type: DType = dtypes.int64) -> Aval:
+        check_dtype(name, x.dtype, NUMERIC)
+        ax = normalize_axis(axis, x.ndim, name)
+        if x.shape[ax] == 0:
+            from popjit.errors import InvalidArgumentError
+
+            raise InvalidArgumentError(f"Reduction axis {axis} is empty in shape {list(x.shape)}")
+        return Aval(tuple(d for k, d in enumerate(x.shape) if k != ax), output_type)
+
+    def reference(x: np.ndarray, axis: int, output_type: DType = dtypes.int64) -> np.ndarray:
+        return np_fn(x, axis=normalize_axis(axis, x.ndim)).astype(output_type.np)
+
+    def lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
+        ax = normalize_axis(node.attrs["axis"], args[0].ndim)
+        return [_lower_reduction(ctx, args[0], (ax,), reduce, node.outputs[0].aval)]
+
+    return register(OpDef(name, REDUCE, infer, reference, lower, extra={"reduce": reduce}))
+
+
+arg_reduction("argmax", "argmax", np.argmax)
+arg_reduction("argmin", "argmin", np.argmin)
+
+
+def _cumsum_infer(x: Aval, axis: int, exclusive: bool = False, reverse: bool = False) -> Aval:
+    check_dtype("cumsum", x.dtype, NUMERIC)
+    normalize_axis(axis, x.ndim, "Cumsum")
+    return x
+
+
+def _cumsum_ref(x: np.ndarray, axis: int, exclusive: bool = False, reverse: bool = False) -> np.ndarray:
+    ax = normalize_axis(axis, x.ndim)
+    y = np.flip(x, ax) if reverse else x
+    c = np.cumsum(y, axis=ax, dtype=_acc_dtype(x))
+    if exclusive:
+        c = np.concatenate([np.zeros_like(np.take(c, [0], axis=ax)), np.delete(c, -1, axis=ax)], axis=ax)
+    return (np.flip(c, ax) if reverse else c).astype(x.dtype)
+
+
+def _cumsum_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
+    a = node.attrs
+    ax = normalize_axis(a["axis"], args[0].ndim)
+    return [_lower_reduction(ctx, args[0], (ax,), "sum", node.outputs[0].aval, "scan",
+                             a.get("exclusive", False), a.get("reverse", False))]
+
+
+register(OpDef("cumsum", REDUCE, _cumsum_infer, _cumsum_ref, _cumsum_lower, extra={"reduce": "sum"}))

@@ -1,0 +1,66 @@
+"""Ops with no element-wise tensor inputs: constants, index ramps, fills."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from popjit import dtypes
+from popjit.dtypes import DType
+from popjit.graph.ir import Aval
+from popjit.loop.ir import Apply, Const, IndexValue
+from popjit.loop.lazy import Lazy
+from popjit.ops.registry import SOURCE, ElementCost, OpDef, register
+
+
+def _constant_infer(value: np.ndarray) -> Aval:
+    return Aval(tuple(value.shape), dtypes.as_dtype(value.dtype))
+
+
+def _lower_constant(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
+    value: np.ndarray = node.attrs["value"]
+    aval = node.outputs[0].aval
+    if value.size == 1:
+        scalar = value.reshape(()).item()
+        return [Lazy(aval.shape, aval.dtype, lambda idx: Const(scalar, aval.dtype))]
+    if value.size > 1 and np.all(value == value.reshape(-1)[0]):
+        scalar = value.reshape(-1)[0].item()
+        return [Lazy(aval.shape, aval.dtype, lambda idx: Const(scalar, aval.dtype))]
+    return [Lazy.of_buffer(ctx.constant_buffer(value), aval.shape)]
+
+
+register(OpDef("constant", SOURCE, _constant_infer, lambda value: value, _lower_constant,
+               cost=ElementCost(), doc="a constant baked into the executable"))
+
+
+def _iota_infer(shape: tuple[int, ...], dtype: DType, axis: int = -1, start: Any = 0, delta: Any = 1) -> Aval:
+    return Aval(tuple(shape), dtype)
+
+
+def _iota_ref(shape: tuple[int, ...], dtype: DType, axis: int = -1, start: Any = 0, delta: Any = 1) -> np.ndarray:
+    ax = axis % len(shape)
+    r = start + delta * np.arange(shape[ax], dtype=np.float64 if dtype.is_floating else np.int64)
+    r = r.reshape([-1 if k == ax else 1 for k in range(len(shape))])
+    return np.broadcast_to(r, shape).astype(dtype.np)
+
+
+def _lower_iota(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
+    a = node.attrs
+    aval = node.outputs[0].aval
+    ax = a.get("axis", -1) % len(aval.shape)
+    start, delta = a.get("start", 0), a.get("delta", 1)
+
+    def build(idx: tuple) -> Any:
+        i = idx[ax]
+        if aval.dtype.is_floating:
+            v = Apply("cast", (IndexValue(i, dtypes.int64),), aval.dtype, (("dtype", aval.dtype),))
+            return Apply("add", (Apply("mul", (v, Const(float(delta), aval.dtype)), aval.dtype),
+                                 Const(float(start), aval.dtype)), aval.dtype)
+        return IndexValue(i * int(delta) + int(start), aval.dtype)
+
+    return [Lazy(aval.shape, aval.dtype, build, ops=("iota",))]
+
+
+register(OpDef("iota", SOURCE, _iota_infer, _iota_ref, _lower_iota, cost=ElementCost(),
+               doc="start + delta * index along an axis (tf.range, one_hot, eye)"))

@@ -1,0 +1,77 @@
+"""The compiler pipeline: the one place that decides the order of passes.
+
+    graph ──verify──const_fold──cse──dce──plan_fusion──► lower ──loop passes──► schedule ──► codegen ──► engine
+
+``compile_graph`` runs every stage and returns an :class:`~popjit.runtime.executable.Executable`.
+``POPJIT_DEBUG`` levels print each stage (see ``docs/env_vars.md``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from popjit import config
+from popjit.codegen.compile import Timer, load_engine
+from popjit.codegen.engine import render_engine
+from popjit.graph.ir import Graph
+from popjit.graph.passes import const_fold, cse, dce, plan_fusion
+from popjit.graph.verify import verify
+from popjit.loop import passes as loop_passes
+from popjit.loop.ir import Program
+from popjit.loop.lower import lower
+from popjit.runtime.executable import Executable
+from popjit.schedule import Target, make_target, schedule_program
+
+GRAPH_PASSES: list[tuple[str, Callable[[Graph], Graph]]] = [
+    ("verify", verify),
+    ("const_fold", const_fold),
+    ("cse", cse),
+    ("dce", dce),
+]
+
+LOOP_PASSES: list[tuple[str, Callable[[Program], Program]]] = [
+    ("elide_copies", loop_passes.elide_copies),
+    ("collapse_dims", loop_passes.collapse_dims),
+]
+
+
+def _dump(level: int, title: str, text: Callable[[], str]) -> None:
+    if config.get("DEBUG") >= level:
+        print(f"=== popjit: {title} ===\n{text()}", file=sys.stderr)
+
+
+def optimize_graph(graph: Graph) -> Graph:
+    for name, p in GRAPH_PASSES:
+        graph = p(graph)
+        if config.get("CHECKS"):
+            verify(graph)
+    return graph
+
+
+def lower_graph(graph: Graph) -> Program:
+    program = lower(graph, plan_fusion(graph))
+    for _name, p in LOOP_PASSES:
+        program = p(program)
+    return program
+
+
+def compile_graph(graph: Graph, target: Target | None = None) -> Executable:
+    """Compile a traced graph for ``target`` (default: one ipu2) into a runnable executable."""
+    timer = Timer()
+    target = target or make_target()
+    _dump(2, f"graph IR of {graph.name}", graph.as_text)
+    graph = optimize_graph(graph)
+    _dump(2, f"optimized graph IR of {graph.name}", graph.as_text)
+    program = lower_graph(graph)
+    _dump(3, f"loop IR of {graph.name}", program.as_text)
+    schedule = schedule_program(program, target)
+    _dump(4, f"tile schedule of {graph.name}", schedule.as_text)
+    source = render_engine(program)
+    _dump(5, f"codelets of {graph.name}", lambda: "\n".join(r.source for r in source.codelets.values()))
+    _dump(6, f"engine of {graph.name}", lambda: source.source)
+    engine = load_engine(source)
+    exe = Executable(graph, program, schedule, source, engine, timer.elapsed())
+    _dump(1, f"compiled {graph.name}", lambda: f"{len(source.codelets)} codelets, "
+          f"{len(program.temps)} temporaries, {timer.elapsed():.3f} s (machine code compiles on first run)")
+    return exe

@@ -1,0 +1,1 @@
+"""Execution: virtual devices, compiled executables, eager ops on the IPU, flags."""

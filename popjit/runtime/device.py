@@ -1,0 +1,104 @@
+"""The virtual IPU system: which IPU devices exist, their targets, and their compiled programs.
+
+``configure_ipu_system`` (from :mod:`popjit.ipu.config`) calls :func:`configure` with the options
+that matter here. Each device ``/device:IPU:k`` is a group of virtual IPUs (``auto_select_ipus``);
+running on an IPU device before the system is configured raises an error that says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from popjit import config
+from popjit.errors import InvalidArgumentError
+from popjit.schedule.target import Target, make_target
+
+log = logging.getLogger("popjit")
+
+
+@dataclass
+class VirtualDevice:
+    """``/device:IPU:<ordinal>``: ``num_ipus`` virtual IPUs of one target."""
+
+    ordinal: int
+    num_ipus: int
+    target: Target
+    executions: int = 0
+    compilations: int = 0
+    first_ipu: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"/device:IPU:{self.ordinal}"
+
+
+@dataclass
+class IPUSystem:
+    """The configured system (None until ``configure_ipu_system``)."""
+
+    devices: list[VirtualDevice] = field(default_factory=list)
+    options: Any = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_system = IPUSystem()
+
+
+def system() -> IPUSystem:
+    return _system
+
+
+def is_configured() -> bool:
+    return bool(_system.devices)
+
+
+def configure(counts: list[int], version: str = "ipu2", tiles_per_ipu: int = 0, ipu_model: bool = False,
+              options: Any = None) -> list[VirtualDevice]:
+    """Attach one virtual device per entry of ``counts`` (IPUs per device)."""
+    total = sum(counts)
+    available = config.get("NUM_IPUS")
+    if total > available:
+        raise InvalidArgumentError(
+            f"Could not attach to {total} IPUs: the virtual system has {available} (set POPJIT_NUM_IPUS to add more)."
+        )
+    for n in counts:
+        if n & (n - 1):
+            raise InvalidArgumentError(
+                f"Could not find a device with {n} IPUs: multi-IPU devices have a power-of-two number of IPUs."
+            )
+    if _system.devices:
+        log.info("Resetting existing IPU configuration before applying new configuration")
+    devices, first = [], 0
+    for ordinal, n in enumerate(counts):
+        target = make_target(version, tiles_per_ipu, n, ipu_model)
+        devices.append(VirtualDevice(ordinal, n, target, first_ipu=first))
+        ipus = ", ".join(str(first + i) for i in range(n))
+        log.info("Device /device:IPU:%d attached to IPU%s: %s", ordinal, "s" if n > 1 else "", ipus)
+        first += n
+    _system.devices = devices
+    _system.options = options
+    return devices
+
+
+def reset() -> None:
+    """Release every device (``reset_ipu_configuration``)."""
+    _system.devices = []
+    _system.options = None
+
+
+def get_device(ordinal: int) -> VirtualDevice:
+    """The device ``/device:IPU:<ordinal>``; a clear error if the system is not configured."""
+    if not _system.devices:
+        raise InvalidArgumentError(
+            f"No IPU devices are configured, so /device:IPU:{ordinal} does not exist. Configure the system "
+            "first: `cfg = ipu.config.IPUConfig(); cfg.auto_select_ipus = 1; cfg.configure_ipu_system()`."
+        )
+    if not 0 <= ordinal < len(_system.devices):
+        raise InvalidArgumentError(
+            f"Could not satisfy device specification '/device:IPU:{ordinal}': the system has "
+            f"{len(_system.devices)} IPU device(s) (/device:IPU:0..{len(_system.devices) - 1})."
+        )
+    return _system.devices[ordinal]

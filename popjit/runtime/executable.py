@@ -1,0 +1,63 @@
+"""A compiled program: its IRs, its schedule, and the native engine that runs it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from popjit.codegen.engine import EngineSource, storage_dtype
+from popjit.graph.ir import Graph
+from popjit.loop.ir import Buffer, Program
+
+
+def device_view(array: np.ndarray, buf: Buffer) -> np.ndarray:
+    """A flat, contiguous view of ``array`` in the engine's storage type (float16 as uint16)."""
+    flat = np.ascontiguousarray(array).reshape(-1)
+    want = storage_dtype(buf.dtype)
+    return flat if flat.dtype == want else flat.view(want)
+
+
+@dataclass
+class Executable:
+    """One compiled function. ``run`` executes it natively; ``as_text`` shows any stage."""
+
+    graph: Graph
+    program: Program
+    schedule: Any
+    engine_source: EngineSource
+    engine: Any
+    compile_seconds: float = 0.0
+    runs: int = 0
+    _const_views: list[np.ndarray] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._const_views = [device_view(b.value, b) for b in self.program.consts]  # type: ignore[arg-type]
+
+    def run(self, args: Sequence[np.ndarray], variables: dict[int, np.ndarray]) -> list[np.ndarray]:
+        """Run with positional ``args``; ``variables`` (id → device buffer) are updated in place."""
+        p = self.program
+        outs = [np.empty(b.shape, b.dtype.np) for b in p.outs]
+        buffers = [device_view(np.asarray(args[b.binding], dtype=b.dtype.np), b) for b in p.args]
+        buffers += [device_view(variables[b.binding], b) for b in p.variables]
+        buffers += self._const_views
+        buffers += [device_view(o, b) for o, b in zip(outs, p.outs)]
+        self.engine(*buffers, self.engine_source.ints, self.engine_source.floats)
+        self.runs += 1
+        return outs
+
+    def as_text(self, stage: str = "graph") -> str:
+        """``graph``, ``loop``, ``schedule``, ``engine`` or ``codelets``."""
+        if stage == "graph":
+            return self.graph.as_text()
+        if stage == "loop":
+            return self.program.as_text()
+        if stage == "schedule":
+            return self.schedule.as_text()
+        if stage == "engine":
+            return self.engine_source.source
+        if stage == "codelets":
+            return "\n".join(r.source for r in self.engine_source.codelets.values())
+        raise ValueError(f"unknown stage {stage!r}; use graph, loop, schedule, engine or codelets")
