@@ -1,0 +1,59 @@
+"""Helpers shared by the tests: run a function compiled, eagerly on the CPU and eagerly on an IPU,
+and compare against NumPy with per-dtype tolerances."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import popjit.tensorflow as tf
+from popjit import dtypes
+
+# Tolerances for comparing with a float64-computed NumPy reference rounded to the dtype.
+TOLERANCE = {
+    "float32": {"rtol": 2e-5, "atol": 1e-6},
+    "float16": {"rtol": 2e-3, "atol": 2e-3},
+    "float64": {"rtol": 1e-12, "atol": 1e-12},
+}
+
+
+def as_numpy(x: Any) -> Any:
+    if isinstance(x, (list, tuple)):
+        return type(x)(as_numpy(v) for v in x)
+    if isinstance(x, dict):
+        return {k: as_numpy(v) for k, v in x.items()}
+    return x.numpy() if hasattr(x, "numpy") else np.asarray(x)
+
+
+def run_compiled(fn: Callable, *args: Any) -> Any:
+    """``fn`` traced by ``tf.function(jit_compile=True)`` and run natively on the host."""
+    return as_numpy(tf.function(fn, jit_compile=True)(*args))
+
+
+def run_eager(fn: Callable, *args: Any) -> Any:
+    """``fn`` run op by op on the CPU (each op's NumPy reference)."""
+    return as_numpy(fn(*[tf.constant(a) for a in args]))
+
+
+def run_on_ipu(fn: Callable, *args: Any) -> Any:
+    """``fn`` run op by op on ``/device:IPU:0`` (each op compiled through the whole pipeline)."""
+    with tf.device("/device:IPU:0"):
+        return as_numpy(fn(*[tf.constant(a) for a in args]))
+
+
+def assert_close(actual: Any, expected: Any, dtype: Any = None, **tol: Any) -> None:
+    """Equal shapes and dtypes, values equal (ints, bools) or close (floats, NaN == NaN)."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape, f"shape {actual.shape} != {expected.shape}"
+    assert actual.dtype == expected.dtype, f"dtype {actual.dtype} != {expected.dtype}"
+    if actual.dtype.kind == "f":
+        t = {**TOLERANCE.get(str(dtype or actual.dtype), TOLERANCE["float32"]), **tol}
+        np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64), equal_nan=True, **t)
+    else:
+        np.testing.assert_array_equal(actual, expected)
+
+
+def dtype_of(name: str) -> dtypes.DType:
+    return dtypes.as_dtype(name)
