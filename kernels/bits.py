@@ -12,19 +12,19 @@ import numpy as np
 from popjit import config
 
 
-def _py_f16_to_f32(x):  # noqa: ANN001, ANN202
+def _py_f16_to_f32(x):
     return np.float32(np.uint16(x).view(np.float16))
 
 
-def _py_f32_to_f16(x):  # noqa: ANN001, ANN202
+def _py_f32_to_f16(x):
     return np.float16(np.float32(x)).view(np.uint16)
 
 
-def _py_f32_from_bits(x):  # noqa: ANN001, ANN202
+def _py_f32_from_bits(x):
     return np.int32(x).view(np.float32)
 
 
-def _py_f32_bits(x):  # noqa: ANN001, ANN202
+def _py_f32_bits(x):
     return np.float32(x).view(np.int32)
 
 
@@ -39,41 +39,41 @@ else:
     from numba.extending import intrinsic
 
     @intrinsic
-    def f16_to_f32(typingctx, x):  # noqa: ANN001, ANN201
+    def f16_to_f32(typingctx, x):
         """uint16 bit pattern of a half → float32."""
         sig = types.float32(types.uint16)
 
-        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        def codegen(context, builder, signature, args):
             return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
 
         return sig, codegen
 
     @intrinsic
-    def f32_to_f16(typingctx, x):  # noqa: ANN001, ANN201
+    def f32_to_f16(typingctx, x):
         """float32 → uint16 bit pattern of the nearest half."""
         sig = types.uint16(types.float32)
 
-        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        def codegen(context, builder, signature, args):
             return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
 
         return sig, codegen
 
     @intrinsic
-    def f32_from_bits(typingctx, x):  # noqa: ANN001, ANN201
+    def f32_from_bits(typingctx, x):
         """Reinterpret an int32 bit pattern as float32."""
         sig = types.float32(types.int32)
 
-        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        def codegen(context, builder, signature, args):
             return builder.bitcast(args[0], ir.FloatType())
 
         return sig, codegen
 
     @intrinsic
-    def f32_bits(typingctx, x):  # noqa: ANN001, ANN201
+    def f32_bits(typingctx, x):
         """The int32 bit pattern of a float32."""
         sig = types.int32(types.float32)
 
-        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        def codegen(context, builder, signature, args):
             return builder.bitcast(args[0], ir.IntType(32))
 
         return sig, codegen

@@ -51,7 +51,7 @@ _bound = None
 if not config.get("DISABLE_NUMBA"):
     try:
         _bound = _bind()
-    except Exception:  # noqa: BLE001  (any binding failure means: use the np.dot fallback)
+    except Exception:
         _bound = None
 
 HAVE_CBLAS = _bound is not None

@@ -17,7 +17,7 @@ from .jit import codelet
 if HAVE_CBLAS:
 
     @codelet
-    def matmul_f32(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):  # noqa: ANN001, ANN201
+    def matmul_f32(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):
         lda = m if ta else k
         ldb = k if tb else n
         for i in range(batch):
@@ -27,7 +27,7 @@ if HAVE_CBLAS:
         return 0
 
     @codelet
-    def matmul_f64(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):  # noqa: ANN001, ANN201
+    def matmul_f64(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):
         lda = m if ta else k
         ldb = k if tb else n
         for i in range(batch):
@@ -39,7 +39,7 @@ if HAVE_CBLAS:
 else:
 
     @codelet
-    def _mm_dot(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):  # noqa: ANN001, ANN201
+    def _mm_dot(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):
         for i in range(batch):
             am = a[i * a_bs:i * a_bs + m * k]
             bm = b[i * b_bs:i * b_bs + k * n]
@@ -52,7 +52,7 @@ else:
 
 
 @codelet
-def matmul_int(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):  # noqa: ANN001, ANN201
+def matmul_int(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):
     for bi in range(batch):
         ao, bo, oo = bi * a_bs, bi * b_bs, bi * m * n
         for i in range(m):
@@ -67,7 +67,7 @@ def matmul_int(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):  # noqa: ANN001, 
 
 
 @codelet
-def matmul_f16(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):  # noqa: ANN001, ANN201
+def matmul_f16(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):
     aw = np.empty(a.size, np.float32)
     bw = np.empty(b.size, np.float32)
     ow = np.empty(out.size, np.float32)

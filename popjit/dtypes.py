@@ -15,7 +15,7 @@ import numpy as np
 class DType:
     """An element type: ``tf.float32`` and friends."""
 
-    __slots__ = ("name", "short", "as_numpy_dtype", "size")
+    __slots__ = ("as_numpy_dtype", "name", "short", "size")
 
     def __init__(self, name: str, short: str, np_type: type) -> None:
         self.name = name

@@ -42,7 +42,7 @@ def _dump(level: int, title: str, text: Callable[[], str]) -> None:
 
 
 def optimize_graph(graph: Graph) -> Graph:
-    for name, p in GRAPH_PASSES:
+    for _name, p in GRAPH_PASSES:
         graph = p(graph)
         if config.get("CHECKS"):
             verify(graph)

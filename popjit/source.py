@@ -39,9 +39,9 @@ class SourceLoc:
 def _is_library(filename: str) -> bool:
     if filename.startswith("<popjit"):
         return True
-    return os.path.abspath(filename).startswith(_SKIP_PREFIXES) or "site-packages" in filename and (
+    return os.path.abspath(filename).startswith(_SKIP_PREFIXES) or ("site-packages" in filename and (
         f"{os.sep}numpy{os.sep}" in filename or f"{os.sep}numba{os.sep}" in filename
-    )
+    ))
 
 
 def user_location(skip: int = 1) -> SourceLoc | None:

@@ -31,9 +31,10 @@ PACKAGE = "popjit_gen"
 
 @functools.lru_cache(maxsize=1)
 def _kernels_fingerprint() -> str:
+    import popjit.kernels as kernels
+
     import popjit.codegen.engine as engine_mod
     import popjit.codegen.render as render_mod
-    import popjit.kernels as kernels
 
     h = hashlib.sha256(numba.__version__.encode())
     kdir = Path(kernels.__file__).parent

@@ -19,6 +19,25 @@ from popjit.frontend.tensor import Tensor, TensorShape
 from popjit.frontend.tracing import apply_op, current_trace
 from popjit.source import user_location, where
 
+__all__ = [
+    "broadcast_to",
+    "concat",
+    "expand_dims",
+    "fill",
+    "ones",
+    "ones_like",
+    "rank",
+    "reshape",
+    "shape",
+    "size",
+    "squeeze",
+    "stack",
+    "transpose",
+    "unstack",
+    "zeros",
+    "zeros_like",
+]
+
 
 def _t(x: Any, dtype: Any = None) -> Tensor:
     return convert_to_tensor(x, dtype=dtype)
@@ -53,16 +72,16 @@ def _shape_list(shape: Any, op: str = "Reshape") -> list[int]:
     return [int(d) for d in np.ravel(static_value(shape, "shape", op))]
 
 
-def shape(input: Any, out_type: Any = dtypes.int32, name: str | None = None) -> Tensor:  # noqa: A002
+def shape(input: Any, out_type: Any = dtypes.int32, name: str | None = None) -> Tensor:
     """``tf.shape``: the (static) shape as a 1-D tensor."""
     return _t(np.array(_t(input).aval.shape, dtype=dtypes.as_dtype(out_type).np))
 
 
-def size(input: Any, out_type: Any = dtypes.int32, name: str | None = None) -> Tensor:  # noqa: A002
+def size(input: Any, out_type: Any = dtypes.int32, name: str | None = None) -> Tensor:
     return _t(np.array(_t(input).aval.size, dtype=dtypes.as_dtype(out_type).np))
 
 
-def rank(input: Any, name: str | None = None) -> Tensor:  # noqa: A002
+def rank(input: Any, name: str | None = None) -> Tensor:
     return _t(np.array(_t(input).ndim, dtype=np.int32))
 
 
@@ -94,7 +113,7 @@ def transpose(a: Any, perm: Any = None, conjugate: bool = False, name: str | Non
     return apply_op("transpose", [x], perm=p)
 
 
-def expand_dims(input: Any, axis: int, name: str | None = None) -> Tensor:  # noqa: A002
+def expand_dims(input: Any, axis: int, name: str | None = None) -> Tensor:
     x = _t(input)
     axis = int(axis)
     if not -x.ndim - 1 <= axis <= x.ndim:
@@ -103,7 +122,7 @@ def expand_dims(input: Any, axis: int, name: str | None = None) -> Tensor:  # no
     return reshape(x, [*x.aval.shape[:axis], 1, *x.aval.shape[axis:]])
 
 
-def squeeze(input: Any, axis: Any = None, name: str | None = None) -> Tensor:  # noqa: A002
+def squeeze(input: Any, axis: Any = None, name: str | None = None) -> Tensor:
     x = _t(input)
     shp = x.aval.shape
     if axis is None:
@@ -117,7 +136,7 @@ def squeeze(input: Any, axis: Any = None, name: str | None = None) -> Tensor:  #
     return reshape(x, keep)
 
 
-def broadcast_to(input: Any, shape: Any, name: str | None = None) -> Tensor:  # noqa: A002
+def broadcast_to(input: Any, shape: Any, name: str | None = None) -> Tensor:
     x = _t(input)
     dims = tuple(_shape_list(shape, "BroadcastTo"))
     return x if dims == x.aval.shape else apply_op("broadcast_to", [x], shape=dims)
@@ -137,12 +156,12 @@ def ones(shape: Any, dtype: Any = dtypes.float32, name: str | None = None) -> Te
     return fill(shape, _t(1, dtype=dtype))
 
 
-def zeros_like(input: Any, dtype: Any = None, name: str | None = None) -> Tensor:  # noqa: A002
+def zeros_like(input: Any, dtype: Any = None, name: str | None = None) -> Tensor:
     x = _t(input)
     return zeros(list(x.aval.shape), dtype or x.dtype)
 
 
-def ones_like(input: Any, dtype: Any = None, name: str | None = None) -> Tensor:  # noqa: A002
+def ones_like(input: Any, dtype: Any = None, name: str | None = None) -> Tensor:
     x = _t(input)
     return ones(list(x.aval.shape), dtype or x.dtype)
 

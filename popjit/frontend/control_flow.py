@@ -183,7 +183,8 @@ def _traced_if(trace: Trace, pred: Tensor, ts: Scope, fs: Scope, tl: list[Any], 
         tv = _branch_value(trace, ts, tl[i], None)
         ev = _branch_value(trace, fs, fl[i], tv.aval)
         if tv.aval != ev.aval:
-            raise ValueError(f"tf.cond branch output {i} is {tv.aval} in true_fn but {ev.aval} in false_fn{where(loc)}.")
+            raise ValueError(f"tf.cond branch output {i} is {tv.aval} in true_fn but {ev.aval} in false_fn"
+                             f"{where(loc)}.")
         then_vals.append(tv)
         else_vals.append(ev)
     written = []

@@ -36,9 +36,10 @@ def _to_array(value: Any, dtype: DType) -> np.ndarray:
     arr = np.asarray(value)
     if arr.dtype == dtype.np:
         return arr
-    if dtype.is_integer and np.issubdtype(arr.dtype, np.floating):
-        if not np.all(np.isfinite(arr)) or np.any(arr != np.trunc(arr)):
-            raise TypeError(f"Cannot convert {value!r} to EagerTensor of dtype {dtype.name}")
+    if dtype.is_integer and np.issubdtype(arr.dtype, np.floating) and (
+        not np.all(np.isfinite(arr)) or np.any(arr != np.trunc(arr))
+    ):
+        raise TypeError(f"Cannot convert {value!r} to EagerTensor of dtype {dtype.name}")
     if dtype.is_bool and not arr.dtype == np.bool_:
         raise TypeError(f"Cannot convert {value!r} to EagerTensor of dtype bool")
     if dtype.is_integer and np.issubdtype(arr.dtype, np.integer) and arr.size:
@@ -83,9 +84,11 @@ def convert_to_tensor(value: Any, dtype: Any = None, dtype_hint: Any = None, nam
         if dtype_hint is not None and not isinstance(value, (np.ndarray, np.generic)):
             hint = dtypes.as_dtype(dtype_hint)
             try:
-                return Tensor.eager(_to_array(value, hint)) if current_trace() is None else _traced(_to_array(value, hint))
+                arr = _to_array(value, hint)
             except TypeError:
                 pass
+            else:
+                return Tensor.eager(arr) if current_trace() is None else _traced(arr)
         want = _default_dtype(value)
     arr = _to_array(value, want)
     return Tensor.eager(arr) if current_trace() is None else _traced(arr)

@@ -110,7 +110,8 @@ class ConcreteFunction:
 
     def executable(self, device: str) -> Any:
         """The compiled program for ``device`` (compiled on first use, then cached)."""
-        from popjit.runtime import cache, device as devices
+        from popjit.runtime import cache
+        from popjit.runtime import device as devices
 
         ordinal = ipu_ordinal(device)
         target = devices.get_device(ordinal).target if ordinal is not None else None

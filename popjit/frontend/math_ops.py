@@ -17,6 +17,75 @@ from popjit.frontend.convert import convert_to_tensor
 from popjit.frontend.tensor import Tensor, is_tensor
 from popjit.frontend.tracing import apply_op, current_trace
 
+__all__ = [
+    "abs",
+    "add",
+    "add_n",
+    "argmax",
+    "argmin",
+    "cast",
+    "ceil",
+    "clip_by_value",
+    "cos",
+    "cumsum",
+    "divide",
+    "elu",
+    "equal",
+    "erf",
+    "exp",
+    "expm1",
+    "floor",
+    "floordiv",
+    "floormod",
+    "gelu",
+    "greater",
+    "greater_equal",
+    "is_finite",
+    "is_nan",
+    "less",
+    "less_equal",
+    "log",
+    "log1p",
+    "log_softmax",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
+    "matmul",
+    "maximum",
+    "minimum",
+    "mod",
+    "multiply",
+    "negative",
+    "not_equal",
+    "pow",
+    "realdiv",
+    "reciprocal",
+    "reduce_all",
+    "reduce_any",
+    "reduce_max",
+    "reduce_mean",
+    "reduce_min",
+    "reduce_prod",
+    "reduce_sum",
+    "relu",
+    "relu6",
+    "round",
+    "rsqrt",
+    "sigmoid",
+    "sign",
+    "sin",
+    "softmax",
+    "softplus",
+    "sqrt",
+    "square",
+    "squared_difference",
+    "subtract",
+    "tanh",
+    "truediv",
+    "where",
+]
+
 
 def _t(x: Any, dtype: Any = None, hint: Any = None) -> Tensor:
     return convert_to_tensor(x, dtype=dtype, dtype_hint=hint)
@@ -72,7 +141,7 @@ logical_or = _binary("logical_or")
 mod = floormod
 
 negative = _unary("neg")
-abs = _unary("abs")  # noqa: A001
+abs = _unary("abs")
 exp = _unary("exp")
 expm1 = _unary("expm1")
 log = _unary("log")
@@ -86,7 +155,7 @@ sin = _unary("sin")
 cos = _unary("cos")
 floor = _unary("floor")
 ceil = _unary("ceil")
-round = _unary("round")  # noqa: A001
+round = _unary("round")
 sign = _unary("sign")
 reciprocal = _unary("reciprocal")
 erf = _unary("erf")
@@ -117,7 +186,7 @@ divide = truediv
 realdiv = _binary("div")
 
 
-def pow(x: Any, y: Any, name: str | None = None) -> Tensor:  # noqa: A001
+def pow(x: Any, y: Any, name: str | None = None) -> Tensor:
     """``x ** y`` element-wise."""
     a, b = convert_pair(x, y)
     return apply_op("pow", [a, b])
@@ -219,14 +288,16 @@ def reduce_mean(input_tensor: Any, axis: Any = None, keepdims: bool = False, nam
     return apply_op("truncdiv", [total, _t(n, dtype=x.dtype)])
 
 
-def argmax(input: Any, axis: Any = None, output_type: Any = dtypes.int64, name: str | None = None) -> Tensor:  # noqa: A002
+def argmax(input: Any, axis: Any = None, output_type: Any = dtypes.int64, name: str | None = None) -> Tensor:
     """Index of the largest value along ``axis`` (0 if None)."""
-    return apply_op("argmax", [_t(input)], axis=0 if axis is None else int(axis), output_type=dtypes.as_dtype(output_type))
+    out = dtypes.as_dtype(output_type)
+    return apply_op("argmax", [_t(input)], axis=0 if axis is None else int(axis), output_type=out)
 
 
-def argmin(input: Any, axis: Any = None, output_type: Any = dtypes.int64, name: str | None = None) -> Tensor:  # noqa: A002
+def argmin(input: Any, axis: Any = None, output_type: Any = dtypes.int64, name: str | None = None) -> Tensor:
     """Index of the smallest value along ``axis`` (0 if None)."""
-    return apply_op("argmin", [_t(input)], axis=0 if axis is None else int(axis), output_type=dtypes.as_dtype(output_type))
+    out = dtypes.as_dtype(output_type)
+    return apply_op("argmin", [_t(input)], axis=0 if axis is None else int(axis), output_type=out)
 
 
 def cumsum(x: Any, axis: int = 0, exclusive: bool = False, reverse: bool = False, name: str | None = None) -> Tensor:

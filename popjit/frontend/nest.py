@@ -23,7 +23,7 @@ def _sorted_keys(d: Mapping) -> list:
 
 
 def is_nested(x: Any) -> bool:
-    return isinstance(x, (list, tuple, dict)) or (isinstance(x, Mapping))
+    return isinstance(x, (list, tuple, dict, Mapping))
 
 
 def flatten_with_tree(structure: Any) -> tuple[list[Any], Tree]:

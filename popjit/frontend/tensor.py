@@ -107,14 +107,15 @@ class TensorShape:
     def __str__(self) -> str:
         if self._dims is None:
             return "<unknown>"
-        return "(" + ", ".join("None" if d is None else str(d) for d in self._dims) + ("," if len(self._dims) == 1 else "") + ")"
+        inner = ", ".join("None" if d is None else str(d) for d in self._dims)
+        return f"({inner}{',' if len(self._dims) == 1 else ''})"
 
 
 class Tensor:
     """A TensorFlow tensor: eager (``.numpy()`` works) or symbolic (inside a trace)."""
 
     __array_priority__ = 100
-    __slots__ = ("_value", "_sym", "_trace", "_device", "__weakref__")
+    __slots__ = ("__weakref__", "_device", "_sym", "_trace", "_value")
 
     def __init__(self, value: np.ndarray | None = None, sym: Value | None = None,
                  trace: Trace | None = None, device: str = "/job:localhost/replica:0/task:0/device:CPU:0") -> None:

@@ -189,7 +189,7 @@ def current_trace() -> Trace | None:
     return stack[-1] if stack else None
 
 
-class tracing:
+class tracing:  # noqa: N801
     """Context manager making ``trace`` the active trace."""
 
     def __init__(self, trace: Trace | None) -> None:

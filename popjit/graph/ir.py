@@ -54,7 +54,7 @@ _value_ids = itertools.count()
 class Value:
     """An SSA value: produced by one node output, or a region parameter."""
 
-    __slots__ = ("aval", "producer", "index", "uid")
+    __slots__ = ("aval", "index", "producer", "uid")
 
     def __init__(self, aval: Aval, producer: Node | None = None, index: int = 0) -> None:
         assert isinstance(aval, Aval), f"Value needs an Aval, not {type(aval).__name__}"
@@ -78,7 +78,7 @@ class Value:
 class Node:
     """One op application: ``outputs = op[attrs](inputs) {regions}``."""
 
-    __slots__ = ("op", "inputs", "attrs", "outputs", "regions", "loc")
+    __slots__ = ("attrs", "inputs", "loc", "op", "outputs", "regions")
 
     def __init__(
         self,

@@ -36,7 +36,7 @@ class Buffer:
     baked into the executable), ``out`` (a function result handed to the host), ``temp``.
     """
 
-    __slots__ = ("name", "shape", "dtype", "kind", "value", "binding", "uid")
+    __slots__ = ("binding", "dtype", "kind", "name", "shape", "uid", "value")
 
     def __init__(
         self, name: str, shape: Sequence[int], dtype: DType, kind: str = "temp",

@@ -42,9 +42,7 @@ from popjit.loop.ir import (
 
 def _expr_ilins(e: Expr) -> Iterator[ILin]:
     for x in e.walk():
-        if isinstance(x, Load):
-            yield from _ilin_tree(x.index)
-        elif isinstance(x, IndexValue):
+        if isinstance(x, (Load, IndexValue)):
             yield from _ilin_tree(x.index)
 
 

@@ -115,7 +115,7 @@ def format_stmts(stmts: list[Stmt], ind: str, out: list[str]) -> None:
 
 def print_program(p: Program) -> str:
     def decl(b: object) -> str:
-        return f"{b!r} @{getattr(b, 'kind')}:{getattr(b, 'binding')}"
+        return f"{b!r} @{b.kind}:{b.binding}"
 
     ins = ", ".join(decl(b) for b in [*p.args, *p.variables])
     out = [f"program {p.name}({ins}) -> ({', '.join(decl(b) for b in p.outs)})"]

@@ -135,7 +135,8 @@ unary("cos", _f64(np.cos), "km.cos({0})", FLOATS, _c((2300, 1, False), (25, 1, F
 unary("floor", lambda x: np.floor(x), "np.floor({0})", FLOATS, _c(NAT_F, NAT_H))
 unary("ceil", lambda x: np.ceil(x), "np.ceil({0})", FLOATS, _c(NAT_F, NAT_H))
 unary("round", lambda x: np.round(x), "km.round_half_even({0})", FLOATS, _c(NAT_F, NAT_H))
-unary("sign", lambda x: np.sign(x), {"float": "km.sign({0})", "int": "(1 if {0} > 0 else (-1 if {0} < 0 else 0))"}, NUMERIC,
+_SIGN_INT = "(1 if {0} > 0 else (-1 if {0} < 0 else 0))"
+unary("sign", lambda x: np.sign(x), {"float": "km.sign({0})", "int": _SIGN_INT}, NUMERIC,
       _c((3, 2, False), (3, 4, False)))  # est
 unary("reciprocal", _f64(lambda x: 1.0 / x), "(km.F1 / {0})", FLOATS, _c((6, 2, False), (15, 4, False)))
 unary("erf", _f64(scipy.special.erf), "km.erf({0})", FLOATS, _c((41, 1, False), (13, 1, False)))
@@ -263,8 +264,9 @@ def _cast_ref(x: np.ndarray, dtype: DType) -> np.ndarray:
         if dtype.is_integer and x.dtype.kind == "f":
             info = np.iinfo(dtype.np)
             # why: float→int truncates toward zero; out-of-range and NaN give INT_MIN like x86 / TF.
-            bad = ~np.isfinite(x) | (x >= 2.0**(8 * dtype.size - (0 if dtype.is_unsigned else 1))) | (x < info.min)
-            return np.where(bad, info.min if not dtype.is_unsigned else 0, np.trunc(np.where(bad, 0, x))).astype(dtype.np)
+            bad = ~np.isfinite(x) | (x > info.max) | (x < info.min)
+            fill = 0 if dtype.is_unsigned else info.min
+            return np.where(bad, fill, np.trunc(np.where(bad, 0, x))).astype(dtype.np)
         if dtype.is_bool:
             return x != 0
         return x.astype(dtype.np)

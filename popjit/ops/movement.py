@@ -185,8 +185,8 @@ def _concat_infer(*xs: Aval, axis: int) -> Aval:
 
 
 def _concat_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
-    from popjit.loop.ir import Apply, Const, IndexValue, Kernel, Store, iclamp
     from popjit.dtypes import bool_, int64
+    from popjit.loop.ir import Apply, Const, IndexValue, Kernel, Store, iclamp
 
     out = node.outputs[0].aval
     ax = node.attrs["axis"] % out.ndim

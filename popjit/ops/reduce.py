@@ -37,7 +37,7 @@ def _acc_dtype(x: np.ndarray) -> Any:
 def _lower_reduction(ctx: Any, x: Lazy, axes: tuple[int, ...], reduce: str, out: Aval, mode: str = "reduce",
                      exclusive: bool = False, reverse: bool = False) -> Lazy:
     kept = [k for k in range(x.ndim) if k not in axes]
-    domain = tuple(x.shape[k] for k in kept) if mode == "reduce" else tuple(x.shape[k] for k in kept)
+    domain = tuple(x.shape[k] for k in kept)
     rdomain = tuple(x.shape[k] for k in axes)
     dvars = {k: ivar(f"i{j}") for j, k in enumerate(kept)}
     rvars = {k: ivar(f"r{j}") for j, k in enumerate(axes)}

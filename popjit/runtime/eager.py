@@ -26,7 +26,8 @@ def run_on_ipu(op: str, arrays: Sequence[np.ndarray], attrs: dict[str, Any], out
                device: str) -> list[np.ndarray]:
     from popjit import dtypes
     from popjit.frontend.device import ipu_ordinal
-    from popjit.runtime import cache, device as devices
+    from popjit.runtime import cache
+    from popjit.runtime import device as devices
 
     dev = devices.get_device(ipu_ordinal(device) or 0)
     in_avals = [Aval(a.shape, dtypes.as_dtype(a.dtype)) for a in arrays]

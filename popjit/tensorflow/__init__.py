@@ -1,16 +1,14 @@
 """A TensorFlow-compatible namespace: ``import popjit.tensorflow as tf``.
 
-Thin re-exports of popjit's frontend under TensorFlow's names. Under ``popjit run`` the module
-``tensorflow`` resolves here.
+Thin re-exports of popjit's frontend under TensorFlow's names (each frontend module lists its
+public functions in ``__all__``). Under ``popjit run`` the module ``tensorflow`` resolves here.
 """
 
 import builtins
 
-from popjit import dtypes as _dtypes
-from popjit.dtypes import (
+from popjit.dtypes import (  # noqa: F401
     DType,
     as_dtype,
-    bool_ as bool,  # noqa: A004
     double,
     float16,
     float32,
@@ -24,77 +22,18 @@ from popjit.dtypes import (
     uint16,
     uint32,
 )
-from popjit.frontend.array_ops import (
-    broadcast_to,
-    concat,
-    expand_dims,
-    fill,
-    ones,
-    ones_like,
-    rank,
-    reshape,
-    shape,
-    size,
-    squeeze,
-    stack,
-    transpose,
-    unstack,
-    zeros,
-    zeros_like,
+from popjit.dtypes import (
+    bool_ as bool,  # noqa: F401
 )
-from popjit.frontend.array_ops import range_ as range  # noqa: A004
-from popjit.frontend.control_flow import cond, while_loop
-from popjit.frontend.convert import constant, convert_to_tensor
-from popjit.frontend.device import device
-from popjit.frontend.function import TensorSpec, function
-from popjit.frontend.math_ops import (
-    abs,  # noqa: A004
-    add,
-    add_n,
-    argmax,
-    argmin,
-    cast,
-    clip_by_value,
-    cos,
-    cumsum,
-    divide,
-    equal,
-    exp,
-    greater,
-    greater_equal,
-    less,
-    less_equal,
-    logical_and,
-    logical_not,
-    logical_or,
-    matmul,
-    maximum,
-    minimum,
-    multiply,
-    negative,
-    not_equal,
-    pow,  # noqa: A004
-    reduce_all,
-    reduce_any,
-    reduce_max,
-    reduce_mean,
-    reduce_min,
-    reduce_prod,
-    reduce_sum,
-    round,  # noqa: A004
-    rsqrt,
-    sigmoid,
-    sign,
-    sin,
-    sqrt,
-    square,
-    subtract,
-    tanh,
-    truediv,
-    where,
-)
-from popjit.frontend.tensor import Tensor, TensorShape, is_tensor
-from popjit.frontend.variables import Variable
+from popjit.frontend.array_ops import *  # noqa: F403
+from popjit.frontend.array_ops import range_ as range  # noqa: F401
+from popjit.frontend.control_flow import cond, while_loop  # noqa: F401
+from popjit.frontend.convert import constant, convert_to_tensor  # noqa: F401
+from popjit.frontend.device import device  # noqa: F401
+from popjit.frontend.function import TensorSpec, function  # noqa: F401
+from popjit.frontend.math_ops import *  # noqa: F403
+from popjit.frontend.tensor import Tensor, TensorShape, is_tensor  # noqa: F401
+from popjit.frontend.variables import Variable  # noqa: F401
 from popjit.tensorflow import dtypes, errors, linalg, math, nest, nn  # noqa: F401
 
 __version__ = "2.6.3"  # the TensorFlow version whose API popjit follows (Graphcore SDK 3.x)
@@ -108,7 +47,7 @@ def executing_eagerly() -> builtins.bool:
     return current_trace() is None
 
 
-def get_static_value(tensor, partial=False):  # noqa: ANN001, ANN201
+def get_static_value(tensor, partial=False):
     """The value of ``tensor`` if it is known without running anything, else None."""
     from popjit.frontend.tracing import current_trace
 
@@ -118,6 +57,3 @@ def get_static_value(tensor, partial=False):  # noqa: ANN001, ANN201
         trace = current_trace()
         return trace.constant_value(tensor) if trace else None
     return tensor
-
-
-del _dtypes

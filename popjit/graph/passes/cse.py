@@ -15,7 +15,7 @@ def _cse_region(region: Region, available: dict[Any, list[Value]], replace: dict
         for r in node.regions:
             _cse_region(r, local, replace)
         op = registry.get(node.op)
-        if node.regions or op.effect or op.kind == registry.SOURCE and node.op != "constant":
+        if node.regions or op.effect or (op.kind == registry.SOURCE and node.op != "constant"):
             continue
         inputs = tuple(v.uid for v in node.inputs)
         if op.commutative:
