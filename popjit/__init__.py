@@ -7,7 +7,15 @@
 Pipeline: frontend (trace) → graph IR → passes → loop IR → tile schedule → Numba codegen → engine.
 """
 
-from popjit import ipu  # noqa: F401
-from popjit.frontend.function import function as tf_function  # noqa: F401
+import os as _os
+
+# why: in a source checkout `kernels/` sits beside `popjit/` (installs map it to `popjit.kernels`);
+# adding the checkout root to this package's search path makes `popjit.kernels` resolve there too.
+_root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if _os.path.isfile(_os.path.join(_root, "kernels", "__init__.py")) and _root not in __path__:
+    __path__.append(_root)
+
+from popjit import ipu  # noqa: E402, F401
+from popjit.frontend.function import function as tf_function  # noqa: E402, F401
 
 __version__ = "0.1.0"

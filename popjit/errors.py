@@ -75,3 +75,16 @@ UnauthenticatedError = _make("UnauthenticatedError", UNAUTHENTICATED, "Not authe
 
 class VerifyError(InternalError):  # type: ignore[misc, valid-type]
     """An IR failed its verifier: a compiler bug, not a user error."""
+
+
+class UnimplementedAPIError(UnimplementedError, AttributeError):  # type: ignore[misc, valid-type]
+    """A TensorFlow or Graphcore API name popjit does not provide (an AttributeError too, so
+    ``hasattr`` and ``getattr(..., default)`` keep working)."""
+
+
+def missing_api(module: str, name: str) -> UnimplementedAPIError:
+    """The error for ``module.name`` not existing in popjit."""
+    return UnimplementedAPIError(
+        f"{module}.{name} is not implemented by popjit. See docs/ops.md for the supported API; "
+        "if your program needs it, please open an issue naming the op and a small example."
+    )

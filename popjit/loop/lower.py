@@ -73,6 +73,9 @@ class LowerCtx:
             return x
         buf = into or self.new_temp(x.shape, x.dtype, hint)
         assert buf.size == x.size, f"materialize: {x.shape} into {buf!r}"
+        if x.view is not None and x.view.is_contiguous and x.dtype == buf.dtype:
+            self.emit(Copy(buf, x.view.buffer))
+            return Lazy.of_buffer(buf, x.shape)
         idx = tuple(ivar(f"i{k}") for k in range(len(x.shape)))
         value = x.build(idx)
         if value.dtype != buf.dtype:
@@ -127,11 +130,16 @@ class LowerCtx:
 
     def _write_back(self, values: list[Lazy], targets: list[Buffer]) -> None:
         """Set each target buffer to its new value, all reads before any write (a swap stays a swap)."""
+        overwritten = {b.uid for b in targets}
         staged = []
         for lz, buf in zip(values, targets):
             if lz.view is not None and lz.view.buffer is buf and lz.view.is_contiguous:
                 continue
-            staged.append((self.materialize(lz, "next"), buf))
+            src = self.materialize(lz, "next")
+            assert src.view is not None
+            if src.view.buffer.uid in overwritten:
+                src = self.materialize(src, "next", into=self.new_temp(src.shape, src.dtype, "next"))
+            staged.append((src, buf))
         for src, buf in staged:
             assert src.view is not None
             self.emit(Copy(buf, src.view.buffer))

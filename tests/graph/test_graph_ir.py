@@ -1,0 +1,124 @@
+"""Graph IR: printer text, verifier negative tests, passes (DCE, CSE, constant folding), fusion plan."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import popjit.tensorflow as tf
+from popjit import dtypes
+from popjit.errors import VerifyError
+from popjit.graph.interpret import interpret
+from popjit.graph.ir import Aval, Binding, Graph, Node, Region, Value
+from popjit.graph.passes import const_fold, cse, dce, plan_fusion
+from popjit.graph.verify import verify
+
+F32 = dtypes.float32
+
+
+def trace(fn, *args):
+    return tf.function(fn).get_concrete_function(*args).graph
+
+
+def ops_of(graph: Graph) -> list[str]:
+    return [n.op for n in graph.walk()]
+
+
+def test__printer__jaxpr_like_text():
+    g = trace(lambda x, y: tf.matmul(x, y) + 1.0, np.ones((2, 3), np.float32), np.ones((3, 2), np.float32))
+    assert g.as_text() == (
+        "graph <lambda>(%0:f32[2,3] @arg:0, %1:f32[3,2] @arg:1) {\n"
+        "  %2:f32[2,2] = matmul[transpose_a=False, transpose_b=False](%0, %1)\n"
+        "  %3:f32[] = constant[value=[1.]]()\n"
+        "  %4:f32[2,2] = add(%2, %3)\n"
+        "  return %4 @out:0\n"
+        "}"
+    )
+
+
+def test__fingerprint__depends_on_constant_contents_not_identity():
+    a = trace(lambda x: x * 2.0, np.ones(3, np.float32))
+    b = trace(lambda x: x * 2.0, np.ones(3, np.float32))
+    c = trace(lambda x: x * 3.0, np.ones(3, np.float32))
+    assert a.fingerprint() == b.fingerprint() != c.fingerprint()
+
+
+def _tiny_graph() -> tuple[Graph, Node]:
+    x = Value(Aval((3,), F32))
+    node = Node("exp", [x], {}, [Aval((3,), F32)])
+    g = Graph("g", Region([x], [node], [node.out]), [Binding("arg", 0)], [Binding("out", 0)])
+    return g, node
+
+
+def test__verifier__accepts_well_formed_graph():
+    g, _ = _tiny_graph()
+    assert verify(g) is g
+
+
+def test__verifier__rejects_wrong_output_shape():
+    g, node = _tiny_graph()
+    node.outputs[0].aval = Aval((4,), F32)
+    with pytest.raises(VerifyError, match=r"outputs \['f32\[4\]'\] but the op's rule gives \['f32\[3\]'\]"):
+        verify(g)
+
+
+def test__verifier__rejects_use_before_definition():
+    g, node = _tiny_graph()
+    stray = Value(Aval((3,), F32))
+    node.inputs = [stray]
+    with pytest.raises(VerifyError, match="used before it is defined"):
+        verify(g)
+
+
+def test__verifier__rejects_missing_binding():
+    g, _ = _tiny_graph()
+    g.result_bindings.clear()
+    with pytest.raises(VerifyError, match="every result needs a binding"):
+        verify(g)
+
+
+def test__dce__removes_unused_pure_nodes_only():
+    def f(x):
+        _unused = tf.exp(x) * 3.0
+        return x + 1.0
+
+    g = dce(trace(f, np.ones(3, np.float32)))
+    assert "exp" not in ops_of(g) and "mul" not in ops_of(g)
+    assert ops_of(g).count("add") == 1
+
+
+def test__cse__merges_identical_pure_subexpressions():
+    def f(x, y):
+        return tf.exp(x + y) * tf.exp(y + x)
+
+    g = cse(trace(f, np.ones(3, np.float32), np.ones(3, np.float32)))
+    assert ops_of(g).count("add") == 1  # add is commutative: x+y == y+x
+    assert ops_of(g).count("exp") == 1
+    x = np.arange(3, dtype=np.float32)
+    (out,), _ = interpret(g, [x, x])
+    np.testing.assert_allclose(out, np.exp(2 * x) ** 2, rtol=1e-6)
+
+
+def test__const_fold__evaluates_constant_subgraphs():
+    x = Value(Aval((), F32))
+    c1 = Node("constant", [], {"value": np.array(2.0, np.float32)}, [Aval((), F32)])
+    c2 = Node("constant", [], {"value": np.array(3.0, np.float32)}, [Aval((), F32)])
+    mul = Node("mul", [c1.out, c2.out], {}, [Aval((), F32)])
+    add = Node("add", [x, mul.out], {}, [Aval((), F32)])
+    g = Graph("g", Region([x], [c1, c2, mul, add], [add.out]), [Binding("arg", 0)], [Binding("out", 0)])
+    g = const_fold(g)
+    assert ops_of(g) == ["constant", "add"]
+    (out,), _ = interpret(g, [np.float32(1.0)])
+    assert out == 7.0
+
+
+def test__fusion_plan__chain_fuses_and_shared_value_materializes():
+    def f(x):
+        y = tf.exp(x) * 2.0  # used twice below: materialized
+        return tf.tanh(y) + y, tf.sigmoid(x) - 1.0
+
+    g = trace(f, np.ones(4, np.float32))
+    plan = plan_fusion(g)
+    reasons = sorted(plan.materialized.values())
+    assert reasons == ["multiple uses", "result", "result"]
+    assert "multiple uses" in plan.as_text()

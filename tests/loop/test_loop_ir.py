@@ -1,0 +1,79 @@
+"""Loop IR: lowering and fusion shapes, the printer, dim collapsing and copy elision."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import popjit.tensorflow as tf
+from popjit.frontend.control_flow import for_range
+from popjit.loop.interpret import interpret
+from popjit.loop.ir import Copy, Kernel, MatMul, Repeat
+from popjit.pipeline import lower_graph, optimize_graph
+
+
+def lowered(fn, *args):
+    return lower_graph(optimize_graph(tf.function(fn).get_concrete_function(*args).graph))
+
+
+def kernels(program) -> list[Kernel]:
+    return [s for s in program.walk() if isinstance(s, Kernel)]
+
+
+def test__elementwise_chain__one_flat_kernel():
+    x = np.ones((4, 5, 6), np.float32)
+    p = lowered(lambda a, b: tf.exp(a) * 2.0 + tf.sigmoid(b) - a / b, x, x)
+    (k,) = kernels(p)
+    assert k.domain == (120,), "same-shape element-wise code collapses to one flat loop"
+    assert p.as_text().splitlines()[-1].strip().startswith("o0[i0] = sub(add(mul(exp(a0[i0])")
+
+
+def test__broadcast__keeps_the_broadcast_dimension():
+    p = lowered(lambda a, b: a + b, np.ones((4, 5, 6), np.float32), np.ones((6,), np.float32))
+    (k,) = kernels(p)
+    assert k.domain == (20, 6)
+    assert "a1[i1]" in p.as_text()
+
+
+def test__transpose_of_buffer__is_a_strided_load_not_a_copy():
+    p = lowered(lambda a: tf.transpose(a) * 2.0, np.ones((3, 4), np.float32))
+    (k,) = kernels(p)
+    assert "a0[i0 + i1*4]" in p.as_text()
+    assert k.domain == (4, 3)
+
+
+def test__matmul_of_transposed_operand__uses_the_transpose_flag():
+    p = lowered(lambda a, b: tf.matmul(tf.transpose(a), b), np.ones((3, 4), np.float32), np.ones((3, 5), np.float32))
+    (mm,) = [s for s in p.walk() if isinstance(s, MatMul)]
+    assert mm.ta and not mm.tb and (mm.m, mm.n, mm.k) == (4, 5, 3)
+    assert not kernels(p), "no copy kernel for the transposed operand"
+
+
+def test__reduction__fuses_its_elementwise_producer():
+    p = lowered(lambda a: tf.reduce_sum(tf.square(a - 1.0), axis=1), np.ones((8, 16), np.float32))
+    (k,) = kernels(p)
+    assert k.reduce is not None and k.reduce.op == "sum" and k.reduce.rdomain == (16,)
+    assert k.domain == (8,)
+
+
+def test__loop_carried_update__is_written_in_place():
+    def f(x):
+        return for_range(0, 10, 1, lambda i, v: [v * 0.5 + 1.0], [x])[0]
+
+    p = lowered(f, np.ones(16, np.float32))
+    (rep,) = [s for s in p.body if isinstance(s, Repeat)]
+    assert rep.count == 10
+    assert not [s for s in rep.body if isinstance(s, Copy)], "the write-back copy was elided"
+    (k,) = [s for s in rep.body if isinstance(s, Kernel) and s.domain == (16,)]
+    (store,) = k.stores
+    assert store.buf in {ld.buf for ld in store.value.loads()}, "reads and writes the carried buffer in place"
+
+
+def test__swap_of_carried_values__keeps_both_copies_correct():
+    def f(a, b):
+        return for_range(0, 3, 1, lambda i, x, y: [y, x], [a, b])
+
+    a, b = np.zeros(4, np.float32), np.ones(4, np.float32)
+    p = lowered(f, a, b)
+    outs, _ = interpret(p, [a, b])
+    np.testing.assert_array_equal(outs[0], b)  # three swaps
+    np.testing.assert_array_equal(outs[1], a)

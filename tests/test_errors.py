@@ -1,0 +1,122 @@
+"""Errors a user can trigger while tracing: the right class, a message that says what, where in the
+user's code (this file and line) and what to do, and nothing left half-changed afterwards."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+import popjit.tensorflow as tf
+from popjit import errors
+from popjit.frontend.control_flow import for_range
+from popjit.runtime import cache
+
+THIS_FILE = __file__.rsplit("/", 1)[-1]
+
+
+def _line_of(fn, needle: str) -> int:
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, ln in enumerate(lines) if needle in ln)
+
+
+def test__shape_error__at_trace_time__names_user_line():
+    def f(x, y):
+        return x + y  # the bad add
+
+    with pytest.raises(errors.InvalidArgumentError) as e:
+        tf.function(f, jit_compile=True)(np.zeros((2, 3), np.float32), np.zeros((4,), np.float32))
+    msg = str(e.value)
+    assert "Incompatible shapes: [2,3] vs. [4]" in msg
+    assert f"{THIS_FILE}\", line {_line_of(f, 'the bad add')}" in msg
+
+
+def test__dtype_mismatch__names_op_and_dtypes():
+    def f(x, y):
+        return tf.multiply(x, y)
+
+    with pytest.raises(errors.InvalidArgumentError, match="Mul as input #1.*int32"):
+        tf.function(f)(np.ones(3, np.float32), np.ones(3, np.int32))
+
+
+def test__float64_inside_compiled_code__refused_with_advice():
+    def f(x):
+        return tf.cast(x, tf.float64) * 2.0  # widen
+
+    with pytest.raises(errors.UnimplementedError) as e:
+        tf.function(f, jit_compile=True)(np.ones(3, np.float32))
+    msg = str(e.value)
+    assert "float64 is not supported on the IPU" in msg and "Cast to float32" in msg
+    assert f"line {_line_of(f, 'widen')}" in msg
+
+
+def test__dynamic_shape__refused_with_xla_message():
+    def f(x, n):
+        return tf.zeros(n) + x  # n is only known at run time
+
+    with pytest.raises(errors.InvalidArgumentError) as e:
+        tf.function(f, jit_compile=True)(np.ones(3, np.float32), np.int32(3))
+    msg = str(e.value)
+    assert "must be a compile-time constant" in msg
+    assert "XLA compilation requires that operator arguments that represent shapes" in msg
+    assert f"line {_line_of(f, 'only known at run time')}" in msg
+
+
+def test__unsupported_op__unimplemented_error_naming_it():
+    from popjit.frontend.tracing import apply_op
+
+    with pytest.raises(errors.UnimplementedError, match="Op 'fft3d' is not implemented"):
+        apply_op("fft3d", [tf.constant(1.0)])
+    with pytest.raises(errors.UnimplementedError, match=r"tf\.histogram_fixed_width is not implemented"):
+        tf.histogram_fixed_width  # noqa: B018
+    assert not hasattr(tf, "histogram_fixed_width")
+
+
+def test__tensor_escaping_a_loop__explains_how_to_carry_it():
+    def f(x):
+        inner = []
+
+        def body(i, acc):
+            inner.append(acc * 2.0)
+            return [acc + 1.0]
+
+        for_range(0, 3, 1, body, [x])
+        return inner[0]
+
+    with pytest.raises(errors.InvalidArgumentError, match="Make it a loop variable"):
+        tf.function(f)(np.ones(2, np.float32))
+
+
+def test__symbolic_tensor_as_python_bool__points_to_autograph():
+    def f(x):
+        return x if bool(tf.reduce_sum(x) > 0) else -x
+
+    with pytest.raises(TypeError, match="as a Python bool is not allowed"):
+        tf.function(f, autograph=False)(np.ones(2, np.float32))
+
+
+def test__errors__leave_variables_and_compiled_programs_intact():
+    v = tf.Variable(np.arange(3, dtype=np.float32))
+
+    @tf.function(jit_compile=True)
+    def good(x):
+        v.assign_add(x)
+        return tf.reduce_sum(v)
+
+    good(np.ones(3, np.float32))
+    before = v.numpy()
+    compiled = cache.stats["compilations"]
+
+    @tf.function(jit_compile=True)
+    def bad(x):
+        v.assign(v * 10.0)
+        return v + x  # shape error after a variable write in the trace
+
+    with pytest.raises(errors.InvalidArgumentError):
+        bad(np.ones(4, np.float32))
+    np.testing.assert_array_equal(v.numpy(), before)
+    out = good(np.ones(3, np.float32))
+    assert cache.stats["compilations"] == compiled, "the good program was recompiled"
+    np.testing.assert_array_equal(v.numpy(), before + 1)
+    assert float(out.numpy()) == pytest.approx(float(np.sum(before + 1)))
