@@ -57,3 +57,11 @@ def get_static_value(tensor, partial=False):
         trace = current_trace()
         return trace.constant_value(tensor) if trace else None
     return tensor
+
+
+def __getattr__(name: str):  # noqa: ANN202
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from popjit.errors import missing_api
+
+    raise missing_api("tf", name)
