@@ -1,24 +1,51 @@
-"""``ipu.ipu_strategy.IPUStrategy``: run ``tf.function`` s as single programs on a virtual IPU."""
+"""``ipu.ipu_strategy.IPUStrategy``: run ``tf.function`` s as single programs on a virtual IPU.
+
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    with strategy.scope():
+        w = tf.Variable(...)                          # lives on /device:IPU:0
+        out = strategy.run(step, args=(x,))           # one compiled engine, results on the host
+
+``run`` compiles the function once per input signature and device (the device's
+``compilations`` counter) and runs its native engine on every call (``executions``). Variables
+stay in device memory: the engine updates their buffers in place and ``.numpy()`` copies them out.
+Every check happens before anything runs, so an error (a plain Python function, float64 data, a
+shape error while tracing, a bad ``TF_POPLAR_FLAGS``) leaves the variables and the compiled
+programs as they were.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from popjit import dtypes
 from popjit.frontend import nest
-from popjit.frontend.device import canonical, device
+from popjit.frontend.device import canonical, device, ipu_ordinal
 from popjit.frontend.function import ConcreteFunction, Function
 from popjit.frontend.tensor import Tensor
 from popjit.frontend.tracing import current_trace
+from popjit.graph.ir import Aval
 
 _state = threading.local()
 
+_EAGER_RUN = ("IPUStrategyV1.run(fn, ...) does not support eager execution. Either convert `fn` into a "
+              "tf.function or consider calling strategy.run inside a tf.function.")
+
+
+def _stack() -> list[IPUStrategyV1]:
+    if not hasattr(_state, "stack"):
+        _state.stack = []
+    return _state.stack
+
 
 def current_strategy() -> IPUStrategyV1 | None:
-    stack = getattr(_state, "stack", None)
+    """The strategy of the innermost ``strategy.scope()`` on this thread, if any."""
+    stack = _stack()
     return stack[-1] if stack else None
 
 
@@ -28,80 +55,158 @@ def current_strategy_device() -> str | None:
     return s._ipu_device if s else None
 
 
-class ReduceOp:
+class ReduceOp(enum.Enum):
+    """``tf.distribute.ReduceOp``: how :meth:`IPUStrategyV1.reduce` combines values."""
+
     SUM = "SUM"
     MEAN = "MEAN"
 
+    @staticmethod
+    def from_any(op: Any) -> ReduceOp:
+        """A ReduceOp from itself, ``"sum"``/``"MEAN"``, or another enum with that name; ValueError otherwise."""
+        name = getattr(op, "name", op)
+        if isinstance(name, str) and name.upper() in ReduceOp.__members__:
+            return ReduceOp[name.upper()]
+        raise ValueError(f"Unsupported reduce op: {op}")
+
 
 class IPUStrategyV1:
-    """A distribution strategy targeting one IPU device (one replica from the strategy's view)."""
+    """A distribution strategy for one IPU device (one replica from the strategy's point of view;
+    replication happens inside the compiled program)."""
 
     def __init__(self, ipu_device: str = "/device:IPU:0", cpu_device: str = "/device:CPU:0",
                  enable_dataset_iterators: bool = True, enable_keras_extensions: bool = True) -> None:
         self._ipu_device = canonical(ipu_device)
         self._cpu_device = canonical(cpu_device)
+        if ipu_ordinal(self._ipu_device) is None:
+            raise ValueError(f"IPUStrategy needs an IPU device such as '/device:IPU:0', not {ipu_device!r}.")
         self.enable_dataset_iterators = enable_dataset_iterators
         self.enable_keras_extensions = enable_keras_extensions
 
+    # -- properties --------------------------------------------------------------------------------
     @property
     def num_replicas_in_sync(self) -> int:
+        """Always 1: replication is expressed inside the program, not by the strategy."""
         return 1
 
+    @property
+    def extended(self) -> IPUStrategyV1:
+        """TensorFlow's ``strategy.extended``; the strategy itself carries its few extended attributes."""
+        return self
+
+    @property
+    def worker_devices(self) -> tuple[str, ...]:
+        return (self._ipu_device,)
+
+    @property
+    def parameter_devices(self) -> tuple[str, ...]:
+        return (self._ipu_device,)
+
+    @property
+    def supports_loss_scaling(self) -> bool:
+        return True
+
+    @property
+    def _device_ordinal(self) -> int:
+        return ipu_ordinal(self._ipu_device) or 0
+
+    # -- scope -------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def scope(self) -> Iterator[IPUStrategyV1]:
-        """Variables (and Keras models) created inside live on the strategy's IPU device."""
-        if not hasattr(_state, "stack"):
-            _state.stack = []
-        _state.stack.append(self)
+        """Variables (and Keras models) created inside live on the strategy's IPU device.
+
+        Their initial values are computed on the host, as on the IPU.
+        """
+        _stack().append(self)
         try:
             yield self
         finally:
-            _state.stack.pop()
+            _stack().pop()
 
+    # -- running -----------------------------------------------------------------------------------
     def run(self, fn: Any, args: Any = (), kwargs: Any = None, options: Any = None) -> Any:
-        """Run ``fn(*args, **kwargs)`` as one program on the IPU and return its results to the host."""
-        kwargs = kwargs or {}
+        """Run ``fn(*args, **kwargs)`` as one program on the IPU and return its results to the host.
+
+        ``fn`` must be a ``tf.function`` (ideally ``jit_compile=True``) or a ConcreteFunction when
+        called eagerly; inside a ``tf.function`` it becomes part of the enclosing program.
+        """
+        kwargs = dict(kwargs or {})
         if current_trace() is not None:
             return fn(*args, **kwargs)
+        concrete, leaves = self._concrete(fn, tuple(args), kwargs)
+        return concrete.run(leaves, self._ipu_device)
+
+    def _concrete(self, fn: Any, args: tuple, kwargs: dict) -> tuple[ConcreteFunction, list[Any]]:
+        """The traced program and its flat arguments, after every check that can fail."""
         if not isinstance(fn, (Function, ConcreteFunction)):
-            raise ValueError(
-                "IPUStrategyV1.run(fn, ...) does not support eager execution. Either convert `fn` into a "
-                "tf.function or consider calling strategy.run inside a tf.function."
-            )
-        _check_float64(nest.flatten((args, kwargs)), "input")
+            raise ValueError(_EAGER_RUN)
+        _check_dtypes(nest.flatten((args, kwargs)), "input")
         with device(self._ipu_device):
             if isinstance(fn, Function):
-                tree, leaves, keys = fn._signature(tuple(args), dict(kwargs))
+                tree, leaves, keys = fn._signature(args, kwargs)
                 concrete = fn._lookup(tree, leaves, keys)
             else:
                 concrete, leaves = fn, nest.flatten((args, kwargs))
-            _check_float64_avals([v.aval for v in concrete.graph.results], "output")
-            return concrete.run(leaves, self._ipu_device)
+        _check_dtypes([v.aval for v in concrete.graph.results], "output")
+        return concrete, leaves
 
     def experimental_run_v2(self, *args: Any, **kwargs: Any) -> Any:
+        """Removed in TensorFlow 2.2: use :meth:`run`."""
         raise RuntimeError("`experimental_run_v2` has been deleted. Use `run` instead.")
 
+    # -- values ------------------------------------------------------------------------------------
     def reduce(self, reduce_op: Any, value: Any, axis: Any = None) -> Any:
-        """On one replica, SUM and MEAN return ``value`` unchanged."""
-        op = getattr(reduce_op, "name", reduce_op)
-        if str(op).upper().split(".")[-1] not in ("SUM", "MEAN"):
-            raise ValueError(f"Unsupported reduce op: {reduce_op}")
-        return value
+        """Combine ``value`` across replicas (one here: unchanged), then over ``axis`` if given.
+
+        ``reduce_op`` is ``ReduceOp.SUM`` or ``ReduceOp.MEAN`` (or their names); anything else raises
+        ``ValueError("Unsupported reduce op: ...")``.
+        """
+        op = ReduceOp.from_any(reduce_op)
+        if axis is None:
+            return value
+        from popjit.frontend import math_ops
+
+        reducer = math_ops.reduce_sum if op is ReduceOp.SUM else math_ops.reduce_mean
+        return nest.map_structure(lambda v: reducer(v, axis=axis), value)
+
+    def experimental_local_results(self, value: Any) -> tuple[Any, ...]:
+        """The per-replica parts of ``value``: just ``(value,)`` with one replica."""
+        return (value,)
+
+    def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
+        """The dataset itself: one replica reads it whole."""
+        return dataset
+
+    def distribute_datasets_from_function(self, dataset_fn: Any, options: Any = None) -> Any:
+        """``dataset_fn(input_context)`` for the single input pipeline."""
+        return dataset_fn(_InputContext())
+
+
+class _InputContext:
+    """``tf.distribute.InputContext`` for one pipeline feeding one replica."""
+
+    num_input_pipelines = 1
+    input_pipeline_id = 0
+    num_replicas_in_sync = 1
+
+    def get_per_replica_batch_size(self, global_batch_size: int) -> int:
+        return global_batch_size
 
 
 IPUStrategy = IPUStrategyV1
 
 
-def _check_float64(leaves: list[Any], what: str) -> None:
-    import numpy as np
+def _dtype_of(x: Any) -> dtypes.DType | None:
+    if isinstance(x, (Tensor, Aval)):
+        return x.dtype
+    if isinstance(x, (np.ndarray, np.generic)):
+        return dtypes.as_dtype(x.dtype)
+    return None
 
-    for x in leaves:
-        dt = x.dtype if isinstance(x, Tensor) else (dtypes.as_dtype(x.dtype) if isinstance(x, np.ndarray) else None)
-        if dt is not None and dtypes.as_dtype(dt) == dtypes.float64:
-            raise TypeError(f"Unsupported data type for {what}: float64")
 
-
-def _check_float64_avals(avals: list[Any], what: str) -> None:
-    for a in avals:
-        if a.dtype == dtypes.float64:
+def _check_dtypes(items: list[Any], what: str) -> None:
+    """``TypeError("Unsupported data type for input: float64")``: the IPU has no 64-bit floats."""
+    for x in items:
+        dt = _dtype_of(x)
+        if dt is not None and dt == dtypes.float64:
             raise TypeError(f"Unsupported data type for {what}: float64")

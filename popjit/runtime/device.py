@@ -14,6 +14,7 @@ from typing import Any
 
 from popjit import config
 from popjit.errors import InvalidArgumentError
+from popjit.runtime.flags import poplar_flags
 from popjit.schedule.target import Target, make_target
 
 log = logging.getLogger("popjit")
@@ -90,7 +91,11 @@ def reset() -> None:
 
 
 def get_device(ordinal: int) -> VirtualDevice:
-    """The device ``/device:IPU:<ordinal>``; a clear error if the system is not configured."""
+    """The device ``/device:IPU:<ordinal>``; a clear error if the system is not configured.
+
+    Also checks ``TF_POPLAR_FLAGS`` (parsed once per value), so a bad flag fails before any IPU compile or run.
+    """
+    poplar_flags()
     if not _system.devices:
         raise InvalidArgumentError(
             f"No IPU devices are configured, so /device:IPU:{ordinal} does not exist. Configure the system "
