@@ -46,7 +46,6 @@ SETTINGS: dict[str, Setting] = {
         Setting("CACHE_DIR", str, str(Path.home() / ".cache" / "popjit"),
                 "where generated Numba modules and their machine code are cached"),
         Setting("CHECKS", _bool, False, "verify every IR after every pass"),
-        Setting("THREADS", int, 0, "threads for large element-wise codelets (0: all cores)"),
         Setting("PARALLEL_MIN_ELEMENTS", int, 1 << 18,
                 "element-wise codelets at least this large run on all threads"),
     ]

@@ -10,6 +10,7 @@ Calls from inside another trace inline the Python function instead.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -191,7 +192,19 @@ class Function:
                 self._converted = self.python_function
         return self._converted
 
+    def _canonical(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """Bind a call to the Python signature, so ``f(x)``, ``f(x=x)`` and explicit defaults match."""
+        try:
+            bound = inspect.signature(self.python_function).bind(*args, **kwargs)
+        except (TypeError, ValueError) as e:
+            if isinstance(e, TypeError) and "argument" in str(e):
+                raise TypeError(f"{self.name}(): {e}") from None
+            return args, kwargs
+        bound.apply_defaults()
+        return tuple(bound.args), dict(bound.kwargs)
+
     def _signature(self, args: tuple, kwargs: dict) -> tuple[Any, list[Any], tuple]:
+        args, kwargs = self._canonical(args, kwargs)
         if self.input_signature is not None and not kwargs:
             args = tuple(self._apply_signature(args))
         leaves, tree = nest.flatten_with_tree((args, kwargs))

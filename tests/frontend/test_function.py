@@ -134,3 +134,18 @@ def test__variable__updated_in_place_by_compiled_code():
     np.testing.assert_array_equal(v.numpy(), [7.0, 7.0, 7.0])
     assert v._buffer is buffer, "the device buffer is updated in place"
     assert step.experimental_get_tracing_count() == 1
+
+
+def test__keyword_and_positional_calls__share_one_trace():
+    @tf.function
+    def f(x, scale=2.0):
+        return x * scale
+
+    x = np.ones(2, np.float32)
+    f(x)
+    f(x=x)
+    f(x, 2.0)
+    f(x, scale=2.0)
+    assert f.experimental_get_tracing_count() == 1
+    with pytest.raises(TypeError, match=r"f\(\): .*unexpected keyword argument 'y'"):
+        f(x, y=1)
