@@ -63,6 +63,11 @@ def _run_while(node: Node, args: list[Any], env: Env, effects: Any) -> list[Any]
     cond, body = node.regions
     carried = list(args)
     limit = node.attrs.get("max_iterations")
+    trip = node.attrs.get("trip_count")
+    if trip is not None:  # a counted loop: the trip count alone decides (its condition may be pruned)
+        for _ in range(trip if limit is None else min(trip, limit)):
+            carried = run_region(body, carried, env, effects)
+        return carried
     count = 0
     while (limit is None or count < limit) and bool(run_region(cond, carried, env, effects)[0]):
         carried = run_region(body, carried, env, effects)

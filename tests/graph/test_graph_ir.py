@@ -122,3 +122,36 @@ def test__fusion_plan__chain_fuses_and_shared_value_materializes():
     reasons = sorted(plan.materialized.values())
     assert reasons == ["multiple uses", "result", "result"]
     assert "multiple uses" in plan.as_text()
+
+
+def test__prune_loop_state__drops_an_unused_counter():
+    from popjit.frontend.control_flow import for_range
+    from popjit.graph.passes.loops import prune_loop_state
+
+    def f(x):
+        return for_range(0, 5, 1, lambda i, v: [v * 2.0], [x])[0]
+
+    g = trace(f, np.ones(3, np.float32))
+    (loop,) = [n for n in g.walk() if n.op == "while"]
+    assert len(loop.outputs) == 2  # the counter and v
+    g = prune_loop_state(g)
+    (loop,) = [n for n in g.walk() if n.op == "while"]
+    assert [v.aval.shape for v in loop.outputs] == [(3,)]
+    assert "add" not in [n.op for n in loop.regions[1].nodes], "the counter increment is gone"
+    verify(g)
+    (out,), _ = interpret(g, [np.ones(3, np.float32)])
+    np.testing.assert_array_equal(out, np.full(3, 32.0, np.float32))
+
+
+def test__prune_loop_state__keeps_a_counter_the_body_reads():
+    from popjit.frontend.control_flow import for_range
+    from popjit.graph.passes.loops import prune_loop_state
+
+    def f(x):
+        return for_range(0, 4, 1, lambda i, v: [v + tf.cast(i, tf.float32)], [x])[0]
+
+    g = prune_loop_state(trace(f, np.zeros(2, np.float32)))
+    (loop,) = [n for n in g.walk() if n.op == "while"]
+    assert len(loop.outputs) == 2
+    (out,), _ = interpret(g, [np.zeros(2, np.float32)])
+    np.testing.assert_array_equal(out, [6.0, 6.0])
