@@ -8,6 +8,7 @@ branch result.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,6 +25,13 @@ def _as_tensors(leaves: Sequence[Any], avals: Sequence[Aval] | None = None) -> l
     if avals is None:
         return [convert_to_tensor(x) for x in leaves]
     return [convert_to_tensor(x, dtype_hint=a.dtype) for x, a in zip(leaves, avals)]
+
+
+def _converted(fn: Callable[..., Any] | None) -> Any:
+    """User callbacks traced by popjit get autograph's conversion, as TensorFlow does."""
+    from popjit.frontend.autograph import convert
+
+    return convert(fn) if fn is not None else None
 
 
 def replace_uses(region: Region, old: Value, new: Value) -> None:
@@ -63,6 +71,7 @@ def while_loop(cond: Callable[..., Any], body: Callable[..., Any], loop_vars: An
         return values[0] if single else type(loop_vars)(values) if isinstance(loop_vars, tuple) else values
     leaves, tree = nest.flatten_with_tree(list(structure))
     init = _as_tensors(leaves)
+    cond, body = _converted(cond), _converted(body)
     outs = _traced_while(trace, cond, body, tree, init, maximum_iterations, trip_count)
     result = nest.unflatten(tree, outs)
     if single:
@@ -144,7 +153,7 @@ def cond(pred: Any, true_fn: Callable[[], Any] | None = None, false_fn: Callable
     if not p.dtype.is_bool or p.ndim != 0:
         raise InvalidArgumentError(f"The predicate of tf.cond must be a scalar bool tensor{where(loc)}.")
     branches = []
-    for fn in (true_fn, false_fn):
+    for fn in (_converted(true_fn), _converted(false_fn)):
         scope = trace.push("branch")
         try:
             out = fn() if fn is not None else None
@@ -174,8 +183,9 @@ def _traced_if(trace: Trace, pred: Tensor, ts: Scope, fs: Scope, tl: list[Any], 
     outs: list[Any] = []
     tensor_slots = []
     for i, (a, b) in enumerate(zip(tl, fl)):
-        if isinstance(a, Tensor) or isinstance(b, Tensor):
-            tensor_slots.append(i)
+        if isinstance(a, (Tensor, int, float)) or isinstance(b, (Tensor, int, float)):
+            if isinstance(a, Tensor) or isinstance(b, Tensor) or a != b:
+                tensor_slots.append(i)
         elif a is not b and a != b:
             raise ValueError(f"tf.cond branches return different Python values {a!r} and {b!r}{where(loc)}.")
     then_vals, else_vals = [], []
@@ -209,28 +219,40 @@ def _traced_if(trace: Trace, pred: Tensor, ts: Scope, fs: Scope, tl: list[Any], 
     return outs
 
 
+def _trip_count(start: float, limit: float, delta: float) -> int:
+    """How many values ``range(start, limit, delta)`` yields, for ints or floats."""
+    if delta == 0:
+        raise InvalidArgumentError("Requires delta != 0: 0 [Op:Range]")
+    return max(0, math.ceil((limit - start) / delta))
+
+
 def for_range(start: Any, limit: Any, delta: Any, body: Callable[..., Any], loop_vars: list[Any]) -> list[Any]:
-    """``for i in tf.range(start, limit, delta)`` with carried ``loop_vars``; ``body(i, *vars) -> vars``."""
+    """``for i in tf.range(start, limit, delta)`` with carried ``loop_vars``; ``body(i, *vars) -> vars``.
+
+    With bounds known while tracing the loop gets a static trip count (it becomes a ``Repeat``);
+    otherwise the condition compares the counter with the limit in the direction of ``delta``.
+    """
     from popjit.frontend import math_ops
 
     trace = current_trace()
-    consts = [trace.constant_value(convert_to_tensor(x)) if trace else None for x in (start, limit, delta)]
-    trip = None
-    if trace is not None and all(c is not None for c in consts):
-        s, lim, d = (int(c) for c in consts)  # type: ignore[arg-type]
-        trip = max(0, -(-(lim - s) // d)) if d > 0 else max(0, -(-(s - lim) // -d))
+    bounds = [convert_to_tensor(x) for x in (start, limit, delta)]
     if trace is None:
+        s, lim, d = (b.numpy().item() for b in bounds)
         values = list(loop_vars)
-        s, lim, d = (int(convert_to_tensor(x).numpy()) for x in (start, limit, delta))
-        for i in range(s, lim, d):
-            values = list(body(convert_to_tensor(i), *values))
+        for k in range(_trip_count(s, lim, d)):
+            values = list(body(convert_to_tensor(s + k * d, dtype=bounds[1].dtype), *values))
         return values
-    limit_t, delta_t = convert_to_tensor(limit), convert_to_tensor(delta)
-    start_t = convert_to_tensor(start, dtype=limit_t.dtype)
+    consts = [trace.constant_value(b) for b in bounds]
+    known = all(c is not None for c in consts)
+    trip = _trip_count(*(c.item() for c in consts)) if known else None  # type: ignore[union-attr]
+    limit_t = bounds[1]
+    start_t, delta_t = (math_ops.cast(b, limit_t.dtype) for b in (bounds[0], bounds[2]))
 
     def c(i: Tensor, *vs: Any) -> Tensor:
-        positive = consts[2] is None or int(consts[2]) > 0  # type: ignore[arg-type]
-        return math_ops.less(i, limit_t) if positive else math_ops.greater(i, limit_t)
+        if consts[2] is not None:
+            return math_ops.less(i, limit_t) if consts[2].item() > 0 else math_ops.greater(i, limit_t)
+        up = math_ops.greater(delta_t, math_ops.cast(0, delta_t.dtype))
+        return math_ops.where(up, math_ops.less(i, limit_t), math_ops.greater(i, limit_t))
 
     def b(i: Tensor, *vs: Any) -> list[Any]:
         return [math_ops.add(i, delta_t), *body(i, *vs)]
