@@ -132,7 +132,9 @@ class IPUStrategyV1:
         """
         kwargs = dict(kwargs or {})
         if current_trace() is not None:
-            return fn(*args, **kwargs)
+            from popjit.frontend.autograph import convert
+
+            return convert(fn)(*args, **kwargs)
         concrete, leaves = self._concrete(fn, tuple(args), kwargs)
         return concrete.run(leaves, self._ipu_device)
 
