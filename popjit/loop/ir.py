@@ -105,6 +105,12 @@ class ILin:
     def __sub__(self, other: ILin | int) -> ILin:
         return self + as_index(other) * -1
 
+    def __rsub__(self, other: int) -> ILin:
+        return as_index(other) + self * -1
+
+    def __neg__(self) -> ILin:
+        return self * -1
+
     def __mul__(self, c: int) -> ILin:
         assert isinstance(c, (int, np.integer)), f"index expressions scale by ints, not {type(c).__name__}"
         c = int(c)
