@@ -16,6 +16,7 @@ from popjit.codegen.compile import Timer, load_engine
 from popjit.codegen.engine import render_engine
 from popjit.graph.ir import Graph
 from popjit.graph.passes import const_fold, cse, dce, plan_fusion
+from popjit.graph.passes.loops import prune_loop_state
 from popjit.graph.verify import verify
 from popjit.loop import passes as loop_passes
 from popjit.loop.ir import Program
@@ -28,6 +29,7 @@ GRAPH_PASSES: list[tuple[str, Callable[[Graph], Graph]]] = [
     ("const_fold", const_fold),
     ("cse", cse),
     ("dce", dce),
+    ("prune_loop_state", prune_loop_state),
 ]
 
 LOOP_PASSES: list[tuple[str, Callable[[Program], Program]]] = [
@@ -59,13 +61,14 @@ def lower_graph(graph: Graph) -> Program:
 def compile_graph(graph: Graph, target: Target | None = None) -> Executable:
     """Compile a traced graph for ``target`` (default: one ipu2) into a runnable executable."""
     timer = Timer()
+    enforce_memory = target is not None  # host execution (no target) never runs out of tile memory
     target = target or make_target()
     _dump(2, f"graph IR of {graph.name}", graph.as_text)
     graph = optimize_graph(graph)
     _dump(2, f"optimized graph IR of {graph.name}", graph.as_text)
     program = lower_graph(graph)
     _dump(3, f"loop IR of {graph.name}", program.as_text)
-    schedule = schedule_program(program, target)
+    schedule = schedule_program(program, target, enforce_memory=enforce_memory)
     _dump(4, f"tile schedule of {graph.name}", schedule.as_text)
     source = render_engine(program)
     _dump(5, f"codelets of {graph.name}", lambda: "\n".join(r.source for r in source.codelets.values()))

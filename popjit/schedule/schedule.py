@@ -1,31 +1,298 @@
-"""Schedule construction (minimal first version: one compute set per kernel or matmul)."""
+"""Scheduling a loop-IR program onto a virtual IPU: the cost and memory model of the program.
+
+``schedule_program`` does not change what runs. It decides every buffer's tile mapping
+(inputs first, as the TF backend's allocation pass does: matmul operands in the planner's
+layout, everything else linear with a rotating start tile), builds one compute set per kernel
+(plus reduction and matmul stages), a Poplar-like program tree, per-tile memory with liveness,
+and cycle estimates; a tile over its memory is an out-of-memory error (a warning under the IPU
+Model, and none at all for host execution).
+"""
 
 from __future__ import annotations
 
+import logging
+import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
-from popjit.loop.ir import Kernel, MatMul, Program
+from popjit.errors import ResourceExhaustedError
+from popjit.loop.ir import Buffer, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, While
+from popjit.schedule import program as prog
+from popjit.schedule.computesets import Builder, ComputeSet
+from popjit.schedule.mapping import TileMapping
+from popjit.schedule.memory import CATEGORIES, Loop, MemoryReport, OutOfMemoryWarning, memory_report, oom_message
 from popjit.schedule.target import Target
 
-
-@dataclass
-class ComputeSet:
-    name: str
-    kind: str
+log = logging.getLogger("popjit")
 
 
-@dataclass
+@dataclass(eq=False)
 class Schedule:
+    """A program on a virtual IPU: mappings, steps (compute sets in program order), the program
+    tree, memory and cycles. ``oom`` is set when a tile is over its memory (IPU Model / host)."""
+
     target: Target
-    compute_sets: list[ComputeSet] = field(default_factory=list)
+    name: str
+    tree: prog.Sequence
+    steps: list[ComputeSet]
+    memory: MemoryReport
+    mappings: dict[int, TileMapping]
+    buffers: dict[int, Buffer]
+    origin: dict[int, str] = field(default_factory=dict)
+    oom: bool = False
+    oom_text: str = ""
+    enforce_memory: bool = True
 
+    # -- queries -----------------------------------------------------------------------------------
+    @property
+    def compute_sets(self) -> list[ComputeSet]:
+        """Steps that execute a compute set (``Copy`` programs excluded)."""
+        return [s for s in self.steps if s.program == "Execute"]
+
+    @property
+    def total_cycles(self) -> int:
+        return self.tree.cycles
+
+    @property
+    def seconds(self) -> float:
+        return self.total_cycles / self.target.clock_hz
+
+    @property
+    def peak_tile_memory(self) -> int:
+        return int(self.memory.total.max(initial=0))
+
+    @property
+    def oom_tiles(self) -> list[int]:
+        return [int(t) for t in self.memory.oom_tiles]
+
+    def mapping_of(self, buf: Buffer) -> TileMapping:
+        return self.mappings[buf.uid]
+
+    def step(self, name: str) -> ComputeSet:
+        """The step called ``name`` (or whose name starts with it)."""
+        for s in self.steps:
+            if s.name == name:
+                return s
+        for s in self.steps:
+            if s.name.startswith(name):
+                return s
+        raise KeyError(f"no step {name!r}; steps: {[s.name for s in self.steps]}")
+
+    # -- text --------------------------------------------------------------------------------------
     def as_text(self) -> str:
-        return "\n".join(f"{cs.name} ({cs.kind})" for cs in self.compute_sets)
+        """The superstep table, the program tree and the totals."""
+        t = self.target
+        lines = [f"tile schedule of {self.name} on {t.describe()}"]
+        lines.append(f"{'step':>4}  {'compute set':<34} {'kind':<13} {'tiles':>5} {'vertices':>8} "
+                     f"{'max exch in B':>13} {'cycles':>11} {'runs':>7} {'peak tile B':>11}")
+        for s in self.steps:
+            lines.append(
+                f"{s.index:>4}  {_clip(s.name, 34):<34} {s.kind:<13} {s.tiles_used:>5} {int(s.vertices.sum()):>8} "
+                f"{int(s.exchange_in.bytes_in.max(initial=0)):>13,} {s.cycles:>11,} {s.executions:>7,} "
+                f"{int(self.memory.step_max_bytes[s.index]):>11,}")
+        lines.append("program:")
+        lines.extend("  " + ln for ln in self.tree.lines())
+        lines.extend(self._totals())
+        return "\n".join(lines)
+
+    def _totals(self) -> list[str]:
+        mem = self.memory
+        peak_tile = mem.peak_tile
+        oom = self.oom_tiles
+        oom_text = "none" if not oom else f"{len(oom)} ({_tile_list(oom)})"
+        cats = mem.by_category()
+        return [
+            f"total: {self.total_cycles:,} cycles = {self.seconds * 1e6:,.2f} us "
+            f"at {self.target.clock_hz / 1e9:.2f} GHz",
+            f"peak tile memory: {self.peak_tile_memory:,} B on tile {peak_tile} "
+            f"({100 * self.peak_tile_memory / self.target.bytes_per_tile:.1f}% of {self.target.bytes_per_tile:,} B); "
+            f"total {int(mem.total.sum()):,} B; out-of-memory tiles: {oom_text}",
+            "memory by category (max tile / all tiles, B): "
+            + ", ".join(f"{c} {int(v.max(initial=0)):,}/{int(v.sum()):,}" for c, v in cats.items() if v.any()),
+        ]
+
+    def __str__(self) -> str:
+        return self.as_text()
+
+    # -- data for profile writers -----------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        """Plain data: target, totals, memory per tile by category (arrays), liveness per step and
+        every step's figures; the program tree as nested dicts."""
+        t, mem = self.target, self.memory
+        return {
+            "name": self.name,
+            "target": {"version": t.version, "tiles": t.tiles, "bytes_per_tile": t.bytes_per_tile,
+                       "clock_hz": t.clock_hz, "num_ipus": t.num_ipus, "ipu_model": t.ipu_model},
+            "total_cycles": self.total_cycles,
+            "seconds": self.seconds,
+            "peak_tile_memory": self.peak_tile_memory,
+            "peak_tile": mem.peak_tile,
+            "oom": self.oom,
+            "oom_tiles": self.oom_tiles,
+            "memory_by_tile": mem.total,
+            "memory_by_category": mem.by_category(),
+            "always_live_by_tile": mem.always_live_total,
+            "not_always_live_peak_by_tile": mem.not_always_live_peak,
+            "liveness": {"step_live_bytes": mem.step_live_bytes, "step_max_tile_bytes": mem.step_max_bytes},
+            "steps": [_step_summary(s) for s in self.steps],
+            "program": self.tree.to_dict(),
+        }
 
 
-def schedule_program(program: Program, target: Target) -> Schedule:
-    sched = Schedule(target)
+def _step_summary(s: ComputeSet) -> dict[str, Any]:
+    return {
+        "index": s.index, "name": s.name, "kind": s.kind, "program": s.program, "cycles": s.cycles,
+        "executions": s.executions, "compute_cycles": s.max_compute_cycles,
+        "exchange_cycles": s.exchange_in_cycles + s.exchange_out_cycles, "tiles": s.tiles_used,
+        "vertices": int(s.vertices.sum()), "codelets": sorted(s.codelets),
+        "exchange_bytes_in_max": int(s.exchange_in.bytes_in.max(initial=0)),
+        "exchange_bytes_total": int(s.exchange_in.bytes_in.sum()
+                                    + (s.exchange_out.bytes_in.sum() if s.exchange_out else 0)),
+        "cycles_by_tile": s.compute_cycles, "flops": s.flops, "note": s.note,
+    }
+
+
+def _clip(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _tile_list(tiles: list[int], limit: int = 8) -> str:
+    head = ", ".join(map(str, tiles[:limit]))
+    return head + (", …" if len(tiles) > limit else "")
+
+
+# ----------------------------------------------------------------------------------------------
+# Building
+
+
+class _Walker:
+    """Walks the loop IR once, building steps, loops and the program tree."""
+
+    def __init__(self, builder: Builder) -> None:
+        self.builder = builder
+        self.steps: list[ComputeSet] = []
+        self.loops: list[Loop] = []
+        self.extra_reads: dict[int, set[int]] = {}
+        self.nodes: list[prog.Node] = []
+
+    def block(self, stmts: list[Stmt]) -> prog.Sequence:
+        seq = prog.Sequence([])
+        for s in stmts:
+            seq.body.extend(self.stmt(s))
+        return seq
+
+    def _steps(self, css: list[ComputeSet]) -> list[prog.Node]:
+        nodes: list[prog.Node] = []
+        for cs in css:
+            cs.index = len(self.steps)
+            self.steps.append(cs)
+            nodes.append(prog.Execute(cs))
+        return nodes
+
+    def _pred_read(self, pred: Buffer) -> None:
+        at = max(len(self.steps) - 1, 0)
+        self.extra_reads.setdefault(at, set()).add(pred.uid)
+        self.builder.mapping(pred)
+
+    def _sync(self) -> prog.Sync:
+        return prog.Sync("INTERNAL", self.builder.target.sync_cycles)
+
+    def stmt(self, s: Stmt) -> list[prog.Node]:
+        b = self.builder
+        if isinstance(s, Kernel):
+            return self._steps(b.kernel(s))
+        if isinstance(s, MatMul):
+            return self._steps(b.matmul(s))
+        if isinstance(s, Copy):
+            return self._steps([b.copy(s)])
+        if isinstance(s, Repeat):
+            first = len(self.steps)
+            node = prog.Repeat(s.count, self.block(s.body))
+            self._loop(first)
+            return [node]
+        if isinstance(s, While):
+            first = len(self.steps)
+            cond = self.block(s.cond)
+            self._pred_read(s.pred)
+            node = prog.RepeatWhile(cond, s.pred.name, self.block(s.body), self._sync(),
+                                    max_iterations=s.max_iterations)
+            self._loop(first)
+            return [node]
+        if isinstance(s, If):
+            self._pred_read(s.pred)
+            return [prog.If(s.pred.name, self.block(s.then), self.block(s.orelse), self._sync())]
+        raise TypeError(f"cannot schedule {type(s).__name__}")
+
+    def _loop(self, first: int) -> None:
+        if len(self.steps) > first:
+            self.loops.append(Loop(first, len(self.steps) - 1))
+
+
+def _allocate_inputs(program: Program, builder: Builder) -> None:
+    """Map arguments, variables and constants before anything else, in order of first use: the
+    operands of a matmul that reads them first in the planner's layout, the rest linearly."""
     for s in program.walk():
-        if isinstance(s, (Kernel, MatMul)):
-            sched.compute_sets.append(ComputeSet(s.name, type(s).__name__))
+        reads = getattr(s, "reads", None)
+        if reads is None:
+            continue
+        for buf in sorted(reads(), key=lambda b: b.uid):
+            if buf.kind not in ("arg", "var", "const") or builder.mapped(buf):
+                continue
+            if isinstance(s, MatMul):
+                builder.allocate_for_matmul(buf, s)
+            else:
+                builder.mapping(buf)
+
+
+def _set_executions(node: prog.Node, times: int) -> None:
+    if isinstance(node, prog.Execute):
+        node.cs.executions = times
+        return
+    if isinstance(node, prog.Repeat):
+        times *= node.count
+    elif isinstance(node, prog.RepeatWhile):
+        times *= node.counted_iterations
+    for c in node.children():
+        _set_executions(c, times)
+
+
+def schedule_program(program: Program, target: Target, enforce_memory: bool = True) -> Schedule:
+    """Schedule ``program`` on ``target``.
+
+    A tile over ``target.bytes_per_tile`` raises ``ResourceExhaustedError`` (Graphcore's message
+    and advice) when ``enforce_memory`` and not ``target.ipu_model``; under the IPU Model it warns
+    (``OutOfMemoryWarning``) and the schedule is marked ``oom``; with ``enforce_memory=False``
+    (host execution) it is only marked.
+    """
+    builder = Builder(target)
+    _allocate_inputs(program, builder)
+    walker = _Walker(builder)
+    tree = walker.block(program.body)
+    for buf in program.variables:
+        builder.mapping(buf)
+    _set_executions(tree, 1)
+    control = sum(n.control_code_bytes for n in tree.walk())
+    memory = memory_report(walker.steps, walker.loops, control, builder.buffers, builder.mappings, target.tiles,
+                           target.bytes_per_tile, walker.extra_reads)
+    sched = Schedule(target, program.name, tree, walker.steps, memory, builder.mappings, builder.buffers,
+                     builder.origin, enforce_memory=enforce_memory)
+    if memory.oom_tiles.size:
+        _out_of_memory(sched)
     return sched
+
+
+def _out_of_memory(sched: Schedule) -> None:
+    sched.oom = True
+    sched.oom_text = oom_message(sched.memory, sched.buffers, [s.name for s in sched.steps])
+    if not sched.enforce_memory:
+        log.debug("host execution: %s", sched.oom_text.splitlines()[0])
+        return
+    if sched.target.ipu_model:
+        first = sched.oom_text.splitlines()[0]
+        log.warning("%s (IPU Model: continuing; the report marks the out-of-memory tiles)", first)
+        warnings.warn(sched.oom_text, OutOfMemoryWarning, stacklevel=3)
+        return
+    raise ResourceExhaustedError(sched.oom_text)
+
+
+__all__ = ["CATEGORIES", "Schedule", "schedule_program"]

@@ -1,4 +1,9 @@
-"""The virtual IPU: hardware figures of ipu1 (GC2) and ipu2 (GC200), ``spec/ipu_arch.md`` §0."""
+"""The virtual IPU: hardware figures of ipu1 (GC2) and ipu2 (GC200), ``spec/ipu_arch.md`` §0.
+
+Figures tagged [V] in the spec are facts; the ones marked ``[U]`` below are tunable estimates
+(Graphcore never published them): exchange rate, sync delays, atomic store granularity, memcpy
+rate and host bandwidth.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,15 @@ from popjit.dtypes import DType
 
 @dataclass(frozen=True)
 class Target:
-    """One virtual IPU's figures. ``tiles`` may be shrunk (``ipu_model.tiles_per_ipu``)."""
+    """One virtual IPU's figures. ``tiles`` may be shrunk (``ipu_model.tiles_per_ipu``).
+
+    - ``exchange_bytes_per_cycle`` 4 [U, strong D]: matches the published ≈8 TB/s exchange.
+    - ``sync_cycles`` 150 [U]: internal (one IPU) sync; ``host_sync_cycles`` 600 [U].
+    - ``atomic_store_bytes`` 4 [U]: the element-wise grain is at least this many bytes.
+    - ``memcpy_bytes_per_cycle`` 8 [U]: on-tile copies (64-bit load + store per cycle).
+    - ``host_bytes_per_second`` 32 GB/s [S]: one direction of PCIe Gen4 x16.
+    - ``available_memory_proportion`` 0.6 [V]: the matmul planner's temporary-memory bound.
+    """
 
     version: str = "ipu2"
     tiles: int = 1472
@@ -25,18 +38,32 @@ class Target:
     host_bytes_per_second: float = 32e9
     num_ipus: int = 1
     ipu_model: bool = False
+    atomic_store_bytes: int = 4
+    memcpy_bytes_per_cycle: int = 8
+    instruction_bytes: int = 4
+    available_memory_proportion: float = 0.6
 
     def vector_width(self, dtype: DType) -> int:
-        """Elements per 64-bit vector op: float 2, half 4, 32-bit ints 1."""
-        if dtype == dtypes.float16:
-            return 4
-        if dtype in (dtypes.float32,):
-            return 2
-        return 1
+        """Elements per 64-bit data-path operation (Poplar ``getVectorWidth``): float 2, half 4,
+        int32 2, 8-bit types 8, 64-bit types 1."""
+        return max(1, 8 // dtype.size)
+
+    def grain(self, dtype: DType) -> int:
+        """The element-wise grain: ``max(vector width, atomic store granularity)`` in elements."""
+        return max(self.vector_width(dtype), max(1, self.atomic_store_bytes // dtype.size))
 
     def min_elements_per_tile(self, dtype: DType) -> int:
         """Poplar's linear mapping puts at least 128 bytes on a tile."""
         return max(1, -(-128 // dtype.size))
+
+    def conv_units(self, dtype: DType) -> int:
+        """AMP conv units for this input type [D]: half 16 on ipu2 (8 on ipu1), float the same
+        counts from the fp32 peak (``amp_flops_fp32 / 2``)."""
+        return self.amp_flops_fp16 // 8 if dtype == dtypes.float16 else self.amp_flops_fp32 // 2
+
+    def amp_in_channels(self, dtype: DType) -> int:
+        """Input channels per AMP group: 16 for half, 8 for float [V]."""
+        return 16 if dtype == dtypes.float16 else 8
 
     def with_tiles(self, tiles: int) -> Target:
         return replace(self, tiles=tiles) if tiles else self
@@ -44,6 +71,12 @@ class Target:
     @property
     def total_bytes(self) -> int:
         return self.tiles * self.bytes_per_tile
+
+    def describe(self) -> str:
+        """One line: version, tiles, memory per tile and clock."""
+        model = ", IPU Model" if self.ipu_model else ""
+        return (f"{self.version} ({self.tiles} tiles x {self.bytes_per_tile:,} B, "
+                f"{self.clock_hz / 1e9:.2f} GHz{model})")
 
 
 IPU2 = Target()
