@@ -3,6 +3,10 @@
 float16 tensors live in device memory as uint16 bit patterns because Numba has no float16
 type; codelets widen them to float32 with :func:`f16_to_f32` and narrow with :func:`f32_to_f16`
 (round to nearest even), which compile to single ``vcvtph2ps``/``vcvtps2ph`` instructions.
+
+:func:`f32_bits`, :func:`f32_from_bits` and :func:`f64_bits` are plain bitcasts; the scalar math in
+:mod:`popjit.kernels.math` uses them for exponent/mantissa extraction and 2^k scaling. All of them
+compile to no instruction or one, so loops that use them still vectorise.
 """
 
 from __future__ import annotations
@@ -21,11 +25,15 @@ def _py_f32_to_f16(x):
 
 
 def _py_f32_from_bits(x):
-    return np.int32(x).view(np.float32)
+    return np.int64(x).astype(np.int32).view(np.float32)  # low 32 bits, as the intrinsic
 
 
 def _py_f32_bits(x):
     return np.float32(x).view(np.int32)
+
+
+def _py_f64_bits(x):
+    return np.float64(x).view(np.int64)
 
 
 if config.get("DISABLE_NUMBA"):
@@ -33,6 +41,7 @@ if config.get("DISABLE_NUMBA"):
     f32_to_f16 = _py_f32_to_f16
     f32_from_bits = _py_f32_from_bits
     f32_bits = _py_f32_bits
+    f64_bits = _py_f64_bits
 else:
     from llvmlite import ir
     from numba import types
@@ -60,11 +69,18 @@ else:
 
     @intrinsic
     def f32_from_bits(typingctx, x):
-        """Reinterpret an int32 bit pattern as float32."""
-        sig = types.float32(types.int32)
+        """Reinterpret an int32 bit pattern as float32 (wider integers: their low 32 bits)."""
+        if not isinstance(x, types.Integer):
+            return None
+        sig = types.float32(x)
 
         def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], ir.FloatType())
+            v = args[0]
+            if v.type.width > 32:
+                v = builder.trunc(v, ir.IntType(32))
+            elif v.type.width < 32:
+                v = builder.sext(v, ir.IntType(32)) if signature.args[0].signed else builder.zext(v, ir.IntType(32))
+            return builder.bitcast(v, ir.FloatType())
 
         return sig, codegen
 
@@ -75,5 +91,15 @@ else:
 
         def codegen(context, builder, signature, args):
             return builder.bitcast(args[0], ir.IntType(32))
+
+        return sig, codegen
+
+    @intrinsic
+    def f64_bits(typingctx, x):
+        """The int64 bit pattern of a float64."""
+        sig = types.int64(types.float64)
+
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], ir.IntType(64))
 
         return sig, codegen

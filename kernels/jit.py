@@ -12,7 +12,10 @@ from typing import Any
 
 from popjit import config
 
-FASTMATH = frozenset({"contract", "arcp", "afn", "reassoc"})
+# why: no ``arcp``. It lets LLVM turn ``x / y`` into ``x * (1 / y)`` (not correctly rounded:
+# ``floordiv`` by a broadcast scalar came out off by one), ``1 / sqrt(x)`` into the rsqrt estimate
+# (NaN at 0 and inf), and a float16 quotient into a half-precision reciprocal that overflows.
+FASTMATH = frozenset({"contract", "afn", "reassoc"})
 OPTIONS: dict[str, Any] = {"fastmath": set(FASTMATH), "error_model": "numpy", "boundscheck": False, "nogil": True}
 
 
