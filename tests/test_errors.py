@@ -36,7 +36,7 @@ def test__dtype_mismatch__names_op_and_dtypes():
     def f(x, y):
         return tf.multiply(x, y)
 
-    with pytest.raises(errors.InvalidArgumentError, match="Mul as input #1.*int32"):
+    with pytest.raises(errors.InvalidArgumentError, match=r"Mul as input #1.*int32"):
         tf.function(f)(np.ones(3, np.float32), np.ones(3, np.int32))
 
 

@@ -1,0 +1,54 @@
+"""asv benchmark (c): first-call compile time in fresh processes, cold and warm cache.
+
+``setup_cache`` runs every framework and workload once (cold, then warm, see
+:mod:`benchmarks.firstcall`); the ``track_*`` methods report its numbers in seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks import workloads
+from benchmarks.firstcall import cold_and_warm
+
+COMPILERS = ["popjit", "tensorflow", "jax"]
+WORKLOADS = ["chain", "matmul"]
+
+Results = dict[tuple[str, str], dict[str, dict[str, Any]]]
+
+
+class FirstCall:
+    """Trace + compile + one run of (a) and of the 1024³ matmul in a fresh process."""
+
+    params = [COMPILERS, WORKLOADS]
+    param_names = ["framework", "workload"]
+    timeout = 1800
+
+    def setup_cache(self) -> Results:
+        results: Results = {}
+        for fw in COMPILERS:
+            if workloads.available(fw):
+                for wl in WORKLOADS:
+                    cold, warm = cold_and_warm(fw, wl)
+                    results[(fw, wl)] = {"cold": cold, "warm": warm}
+        return results
+
+    def setup(self, results: Results, framework: str, workload: str) -> None:
+        if (framework, workload) not in results:
+            raise NotImplementedError(f"{framework} is not installed")
+        for state, result in results[(framework, workload)].items():
+            if "error" in result:
+                raise RuntimeError(f"{framework} {workload} ({state}): {result['error']}")
+
+    def track_cold_compile(self, results: Results, framework: str, workload: str) -> float:
+        return results[(framework, workload)]["cold"]["compile_s"]
+
+    def track_warm_compile(self, results: Results, framework: str, workload: str) -> float:
+        return results[(framework, workload)]["warm"]["compile_s"]
+
+    def track_cold_first_call(self, results: Results, framework: str, workload: str) -> float:
+        return results[(framework, workload)]["cold"]["first_call_s"]
+
+    track_cold_compile.unit = "seconds"
+    track_warm_compile.unit = "seconds"
+    track_cold_first_call.unit = "seconds"

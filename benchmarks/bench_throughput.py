@@ -1,0 +1,63 @@
+"""asv benchmarks (a) and (b): element-wise chain bandwidth and matmul FLOP rate, per framework.
+
+A framework that is not installed is skipped (its setup raises ``NotImplementedError``); one that
+computes a wrong result fails in setup, so it is never reported as fast.
+"""
+
+from __future__ import annotations
+
+from benchmarks import workloads
+from benchmarks.timing import best_of
+
+
+class _Throughput:
+    """Shared setup: build the case for one framework and check it against NumPy."""
+
+    number = 1
+    warmup_time = 0.5
+    timeout = 600
+    case: workloads.Case
+
+    def _prepare(self, workload: str, framework: str, **sizes: int) -> None:
+        self.case = workloads.build(workload, framework, **sizes)
+        self.case.check()
+
+    def _rate(self) -> float:
+        return self.case.rate(best_of(self.case.call, repeat=5, warmup=1, min_seconds=1.0).best)
+
+
+class ElementwiseChain(_Throughput):
+    """(a) ``x = tanh(a*x + b) * sigmoid(x) - 0.5*x`` over 2^22 float32, 20 iterations in one call."""
+
+    params = [list(workloads.FRAMEWORKS)]
+    param_names = ["framework"]
+
+    def setup(self, framework: str) -> None:
+        self._prepare("chain", framework)
+
+    def time_chain(self, framework: str) -> None:
+        self.case.call()
+
+    def track_chain_bandwidth(self, framework: str) -> float:
+        return self._rate()
+
+    track_chain_bandwidth.unit = "GB/s"
+
+
+class MatMul(_Throughput):
+    """(b) float32 matmul, GFLOP/s (2 FLOPs per multiply-add)."""
+
+    params = [list(workloads.FRAMEWORKS), list(workloads.MATMUL_SHAPES)]
+    param_names = ["framework", "shape"]
+
+    def setup(self, framework: str, shape: str) -> None:
+        m, k, n = workloads.MATMUL_SHAPES[shape]
+        self._prepare("matmul", framework, m=m, k=k, n=n)
+
+    def time_matmul(self, framework: str, shape: str) -> None:
+        self.case.call()
+
+    def track_matmul_flops(self, framework: str, shape: str) -> float:
+        return self._rate()
+
+    track_matmul_flops.unit = "GFLOP/s"

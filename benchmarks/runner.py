@@ -1,0 +1,230 @@
+"""``python -m benchmarks``: popjit against NumPy, TensorFlow-XLA and JAX in one run, as a table.
+
+    python -m benchmarks                      # everything (about a minute or two)
+    python -m benchmarks --only chain matmul  # skip the fresh-process compile timings
+    python -m benchmarks --no-peers --json out.json
+
+Throughput is best-of-N after warm-up, in this process, the frameworks of one workload timed
+round-robin (so a busy machine does not favour one of them), each framework's result checked
+against NumPy first (a wrong result is reported as WRONG, never as a speed; it, or a framework
+that fails, makes the exit status 1). Compile times are first call minus a steady call, in fresh
+processes with an empty (cold) and a filled (warm) persistent cache (:mod:`benchmarks.firstcall`);
+imports are excluded. The issue's targets are printed as ratios at the end; they are
+measurements, not assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+from benchmarks import workloads
+from benchmarks.firstcall import cold_and_warm
+from benchmarks.timing import interleaved_best, machine_summary
+
+SECTIONS = ("chain", "matmul", "compile")
+CHAIN_TARGET = 1.0  # popjit GB/s ≥ TF-XLA's
+MATMUL_TARGET = 0.9  # popjit GFLOP/s ≥ 90% of NumPy's BLAS
+COMPILE_TARGET_S = 2.0  # cold first-call compile of (a) under 2 s
+
+
+@dataclass
+class Row:
+    """One line of the table."""
+
+    workload: str
+    framework: str
+    value: float | None
+    unit: str
+    best_ms: float | None = None
+    median_ms: float | None = None
+    status: str = "ok"
+    note: str = ""
+
+
+# -- measuring ----------------------------------------------------------------------------------------
+
+
+def prepare(problem: workloads.Problem, framework: str) -> workloads.Case | Row:
+    """Build one framework's case and check it against NumPy; a :class:`Row` says why it cannot be timed."""
+    label = workloads.LABELS[framework]
+    try:
+        case = workloads.instantiate(problem, framework)
+        case.check()
+        return case
+    except workloads.Unavailable as e:
+        return Row(problem.label, label, None, problem.unit, status="skipped", note=str(e))
+    except workloads.WrongResult as e:
+        return Row(problem.label, label, None, problem.unit, status="WRONG", note=str(e))
+    except Exception as e:  # one framework failing must not hide the others' numbers
+        return Row(problem.label, label, None, problem.unit, status="FAILED", note=f"{type(e).__name__}: {e}")
+
+
+def throughput_rows(problem: workloads.Problem, frameworks: Sequence[str], repeat: int, min_time: float) -> list[Row]:
+    """Every framework on one problem, timed round-robin so that all see the same machine."""
+    prepared = {}
+    for fw in frameworks:
+        _progress(f"{problem.label} on {workloads.LABELS[fw]}")
+        prepared[fw] = prepare(problem, fw)
+    cases = {fw: c for fw, c in prepared.items() if isinstance(c, workloads.Case)}
+    timings = interleaved_best({fw: c.call for fw, c in cases.items()}, repeat, warmup=1, min_seconds=min_time)
+    rows = []
+    for fw, c in prepared.items():
+        if isinstance(c, Row):
+            rows.append(c)
+        else:
+            t = timings[fw]
+            rows.append(Row(problem.label, workloads.LABELS[fw], c.rate(t.best), problem.unit, t.best * 1e3,
+                            t.median * 1e3, note=c.note))
+    return rows
+
+
+def compile_rows(workload: str, sizes: dict[str, int], frameworks: Iterable[str]) -> list[Row]:
+    """Cold and warm first-call compile times of ``workload`` in fresh processes."""
+    rows = []
+    label = workloads.problem_label(workload, **sizes)
+    for fw in frameworks:
+        if fw == "numpy":
+            continue
+        name = workloads.LABELS[fw]
+        if not workloads.available(fw):
+            rows.append(Row(f"compile: {label}", name, None, "s", status="skipped", note=f"{fw} is not installed"))
+            continue
+        for state, result in zip(("cold", "warm"), cold_and_warm(fw, workload, sizes)):
+            rows.append(_compile_row(f"compile: {label}", name, state, result))
+    return rows
+
+
+def _compile_row(workload: str, framework: str, state: str, result: dict) -> Row:
+    if "error" in result:
+        return Row(workload, framework, None, f"s {state}", status="FAILED", note=result["error"])
+    note = f"first call {result['first_call_s']:.2f} s = compile + one run of {result['steady_s'] * 1e3:.0f} ms; " \
+           f"import {result['import_s']:.2f} s"
+    return Row(workload, framework, result["compile_s"], f"s {state}", note=note)
+
+
+def measure(sections: Sequence[str], frameworks: Sequence[str], repeat: int, min_time: float) -> list[Row]:
+    """Every row of the table, section by section, printing progress to stderr."""
+    rows: list[Row] = []
+    problems: list[workloads.Problem] = []
+    if "chain" in sections:
+        problems.append(workloads.chain_problem())
+    if "matmul" in sections:
+        problems += [workloads.matmul_problem(*shape) for shape in workloads.MATMUL_SHAPES.values()]
+    for p in problems:
+        rows += throughput_rows(p, frameworks, repeat, min_time)
+    if "compile" in sections:
+        _progress("first-call times in fresh processes")
+        rows += compile_rows("chain", {}, frameworks)
+        rows += compile_rows("matmul", {}, frameworks)
+    return rows
+
+
+def _progress(msg: str) -> None:
+    print(f"  measuring {msg} ...", file=sys.stderr, flush=True)
+
+
+# -- reporting ----------------------------------------------------------------------------------------
+
+
+def _fmt(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    """The rows as an aligned text table (a blank line between workloads)."""
+    head = ("workload", "framework", "result", "unit", "best ms", "median ms", "status / note")
+    cells = [(r.workload, r.framework, _fmt(r.value), r.unit, _fmt(r.best_ms, 1), _fmt(r.median_ms, 1),
+              r.status if r.status != "ok" or not r.note else r.note) for r in rows]
+    widths = [max(len(str(c[i])) for c in [head, *cells]) for i in range(len(head) - 1)]
+    right = {2, 4, 5}
+
+    def line(c: Sequence[str]) -> str:
+        parts = [str(x).rjust(w) if i in right else str(x).ljust(w) for i, (x, w) in enumerate(zip(c, widths))]
+        return "  ".join([*parts, str(c[-1])]).rstrip()
+
+    out, last = [line(head), "-" * (sum(widths) + 2 * len(widths) + 14)], None
+    for r, c in zip(rows, cells):
+        if last is not None and r.workload != last:
+            out.append("")
+        out.append(line(c))
+        if r.status not in ("ok", "skipped") and r.note:
+            out.append(f"    {r.note}")
+        last = r.workload
+    return "\n".join(out)
+
+
+def _value(rows: Sequence[Row], workload: str, framework: str, unit: str | None = None) -> float | None:
+    for r in rows:
+        if r.workload == workload and r.framework == framework and r.status == "ok" and unit in (None, r.unit):
+            return r.value
+    return None
+
+
+def _verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "NOT met")
+
+
+def target_lines(rows: Sequence[Row]) -> list[str]:
+    """The issue's targets as measured ratios (never asserted)."""
+    lines = []
+    chain = workloads.problem_label("chain")
+    pj, tf = _value(rows, chain, "popjit"), _value(rows, chain, "TF-XLA")
+    ratio = pj / tf if pj and tf else None
+    lines.append(f"(a) chain: popjit / TF-XLA GB/s = {_fmt(ratio)}  (target >= {CHAIN_TARGET:.2f})  "
+                 f"{_verdict(None if ratio is None else ratio >= CHAIN_TARGET)}")
+    for shape in workloads.MATMUL_SHAPES.values():
+        label = workloads.problem_label("matmul", m=shape[0], k=shape[1], n=shape[2])
+        pj, np_ = _value(rows, label, "popjit"), _value(rows, label, "NumPy")
+        ratio = pj / np_ if pj and np_ else None
+        lines.append(f"(b) {label}: popjit / NumPy GFLOP/s = {_fmt(ratio)}  (target >= {MATMUL_TARGET:.2f})  "
+                     f"{_verdict(None if ratio is None else ratio >= MATMUL_TARGET)}")
+    cold = _value(rows, f"compile: {chain}", "popjit", "s cold")
+    lines.append(f"(c) chain cold compile: popjit {_fmt(cold)} s  (target < {COMPILE_TARGET_S:.1f} s)  "
+                 f"{_verdict(None if cold is None else cold < COMPILE_TARGET_S)}")
+    return lines
+
+
+def load_note() -> str | None:
+    """A warning when other processes are using the CPU (the numbers will be low and noisy)."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return None
+    return f"note: 1-minute load average is {load:.2f} before starting: other processes share the CPU, " \
+           "so numbers may be low and noisy" if load > 0.5 else None
+
+
+# -- command line -------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="sections to run")
+    p.add_argument("--frameworks", nargs="+", choices=workloads.FRAMEWORKS, default=list(workloads.FRAMEWORKS))
+    p.add_argument("--no-peers", action="store_true", help="leave out TensorFlow and JAX")
+    p.add_argument("--repeat", type=int, default=5, help="timed calls per case, at least (default 5)")
+    p.add_argument("--min-time", type=float, default=1.0, help="seconds of timed calls per case, at least")
+    p.add_argument("--json", metavar="PATH", help="also write the rows and the machine summary as JSON")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure, print the table and the targets; exit status 1 if any framework computed a wrong result."""
+    args = parse_args(argv)
+    frameworks = [f for f in args.frameworks if not (args.no_peers and f in workloads.PEERS)]
+    header = ["popjit benchmarks", *machine_summary()]
+    note = load_note()
+    print("\n".join(header + ([note] if note else [])), flush=True)
+    rows = measure(args.only, frameworks, args.repeat, args.min_time)
+    targets = "\n".join(f"  {line}" for line in target_lines(rows))
+    print(f"\n{format_table(rows)}\n\ntargets (measured, not asserted):\n{targets}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": header[1:], "rows": [asdict(r) for r in rows]}, f, indent=1)
+    return 1 if any(r.status in ("WRONG", "FAILED") for r in rows) else 0

@@ -1,0 +1,99 @@
+"""Best-of-N wall-clock timing with warm-up, and a description of the machine and the versions."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call over ``repeat`` timed calls (after warm-up)."""
+
+    best: float
+    median: float
+    repeat: int
+
+
+def best_of(call: Callable[[], Any], repeat: int = 7, warmup: int = 2, min_seconds: float = 0.0) -> Timing:
+    """Time ``call`` (which must wait for its result) ``repeat`` times after ``warmup`` untimed calls.
+
+    With ``min_seconds`` > 0 it keeps timing past ``repeat`` until that much time was spent, so
+    very short calls get enough samples for a stable minimum.
+    """
+    for _ in range(warmup):
+        call()
+    samples: list[float] = []
+    start = time.perf_counter()
+    while len(samples) < repeat or time.perf_counter() - start < min_seconds:
+        t0 = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - t0)
+    return Timing(min(samples), statistics.median(samples), len(samples))
+
+
+def interleaved_best(calls: Mapping[str, Callable[[], Any]], repeat: int = 7, warmup: int = 1,
+                     min_seconds: float = 0.0) -> dict[str, Timing]:
+    """Time several calls round-robin (A, B, C, A, B, C, ...) so that each sees the same machine.
+
+    On a busy machine a background process that comes and goes would otherwise favour whichever
+    framework happened to run while it slept. Each call gets at least ``repeat`` samples and, in
+    total, the rounds last at least ``min_seconds`` per call.
+    """
+    for call in calls.values():
+        for _ in range(warmup):
+            call()
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    start = time.perf_counter()
+    while min(map(len, samples.values()), default=repeat) < repeat or \
+            time.perf_counter() - start < min_seconds * len(calls):
+        for name, call in calls.items():
+            t0 = time.perf_counter()
+            call()
+            samples[name].append(time.perf_counter() - t0)
+    return {name: Timing(min(s), statistics.median(s), len(s)) for name, s in samples.items()}
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux, else ``platform``)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def version(dist: str) -> str | None:
+    """The installed version of a distribution, or None."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def machine_summary() -> list[str]:
+    """Lines describing the machine and the versions of everything measured."""
+    names = ["popjit", "numpy", "numba", "llvmlite", "scipy", "tensorflow", "jax", "jaxlib"]
+    versions = ", ".join(f"{n} {version(n)}" for n in names if version(n))
+    return [
+        f"machine: {cpu_model()}, {usable_cores()} usable cores ({os.cpu_count()} logical), "
+        f"{platform.system()} {platform.release()}",
+        f"python {platform.python_version()}; {versions}",
+    ]

@@ -1,0 +1,149 @@
+"""The benchmark workloads compute what NumPy computes (small sizes; nothing is timed here).
+
+``python -m benchmarks`` itself is not run by the tests; its pure parts (the result check, the
+table and the target ratios) and the fresh-process first-call protocol are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from benchmarks import firstcall, runner, timing, workloads
+
+
+@pytest.mark.parametrize("n", [1, 7, 1000, 4097])
+@pytest.mark.parametrize("iters", [1, 3])
+def test_popjit_chain_matches_numpy(n: int, iters: int) -> None:
+    x = workloads.chain_input(n)
+    case = workloads.build("chain", "popjit", n=n, iters=iters)
+    expected = workloads.chain_numpy(x.astype(np.float64), iters)
+    np.testing.assert_allclose(case.result(), expected, rtol=1e-5, atol=1e-6)
+    assert case.check() < 1e-5
+
+
+def test_popjit_chain_is_one_on_device_tf_range_loop() -> None:
+    import popjit.tensorflow as tf
+
+    fn = workloads.make_chain(tf, 4)
+    args = (tf.constant(workloads.chain_input(16)), tf.constant(0.7), tf.constant(0.1))
+    assert workloads.traces_to_one_loop(fn, *args)
+    graph = fn.get_concrete_function(*args).graph
+    loop = next(node for node in graph.walk() if node.op == "while")
+    assert loop.attrs.get("trip_count") == 4
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (5, 7, 3), (33, 17, 65), (64, 64, 64)])
+def test_popjit_matmul_matches_numpy(shape: tuple[int, int, int]) -> None:
+    m, k, n = shape
+    a, b = workloads.matmul_inputs(m, k, n)
+    case = workloads.build("matmul", "popjit", m=m, k=k, n=n)
+    np.testing.assert_allclose(case.result(), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    case.check()
+
+
+@pytest.mark.parametrize("workload,sizes", [("chain", {"n": 64, "iters": 2}), ("matmul", {"m": 4, "k": 8, "n": 2})])
+def test_numpy_baseline_matches_reference(workload: str, sizes: dict[str, int]) -> None:
+    workloads.build(workload, "numpy", **sizes).check()
+
+
+def test_check_rejects_a_wrong_result() -> None:
+    p = workloads.chain_problem(n=32, iters=2)
+    wrong = workloads.Case(p, "fake", lambda: p.expected.astype(np.float32) + 1e-3)
+    with pytest.raises(workloads.WrongResult, match="differs from NumPy"):
+        wrong.check()
+    short = workloads.Case(p, "fake", lambda: p.expected[:-1])
+    with pytest.raises(workloads.WrongResult, match="shape"):
+        short.check()
+
+
+def test_work_and_labels() -> None:
+    assert workloads.chain_bytes(1 << 22, 20) == 2 * 4 * 2**22 * 20
+    assert workloads.matmul_flops(256, 784, 256) == 2 * 256 * 784 * 256
+    p = workloads.chain_problem(n=1024, iters=3)
+    assert p.label == workloads.problem_label("chain", n=1024, iters=3) == "chain 2^10 f32 x3"
+    assert workloads.problem_label("chain") == "chain 2^22 f32 x20"
+    assert workloads.problem_label("matmul", m=256, k=784, n=256) == "matmul 256x784x256 f32"
+    assert workloads.Case(p, "x", lambda: None).rate(2.0) == pytest.approx(p.work / 2e9)
+
+
+def test_unknown_names_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown workload"):
+        workloads.problem("conv")
+    with pytest.raises(ValueError, match="unknown framework"):
+        workloads.instantiate(workloads.chain_problem(n=4, iters=1), "torch")
+
+
+def _rows(chain_pj: float, chain_tf: float, mm_pj: float, mm_np: float, cold: float) -> list[runner.Row]:
+    chain = workloads.problem_label("chain")
+    rows = [runner.Row(chain, "popjit", chain_pj, "GB/s"), runner.Row(chain, "TF-XLA", chain_tf, "GB/s")]
+    for m, k, n in workloads.MATMUL_SHAPES.values():
+        label = workloads.problem_label("matmul", m=m, k=k, n=n)
+        rows += [runner.Row(label, "popjit", mm_pj, "GFLOP/s"), runner.Row(label, "NumPy", mm_np, "GFLOP/s")]
+    rows.append(runner.Row(f"compile: {chain}", "popjit", cold / 4, "s warm"))
+    rows.append(runner.Row(f"compile: {chain}", "popjit", cold, "s cold"))
+    return rows
+
+
+def test_target_ratios() -> None:
+    met = runner.target_lines(_rows(12.0, 10.0, 95.0, 100.0, 1.5))
+    assert len(met) == 4
+    assert "= 1.20" in met[0] and met[0].endswith(" met")
+    assert all(line.endswith(" met") for line in met)
+    missed = runner.target_lines(_rows(5.0, 10.0, 80.0, 100.0, 3.0))
+    assert "= 0.50" in missed[0] and "= 0.80" in missed[1]
+    assert all(line.endswith("NOT met") for line in missed)
+
+
+def test_targets_without_peers_are_not_applicable() -> None:
+    chain = workloads.problem_label("chain")
+    lines = runner.target_lines([runner.Row(chain, "popjit", 10.0, "GB/s"),
+                                 runner.Row(chain, "TF-XLA", None, "GB/s", status="skipped")])
+    assert all(line.endswith("n/a") for line in lines)
+
+
+def test_runner_reports_wrong_and_failing_frameworks_without_a_rate(monkeypatch) -> None:
+    p = workloads.chain_problem(n=8, iters=1)
+    monkeypatch.setitem(workloads.CHAIN_IMPLS, "jax", lambda p: (lambda: np.zeros_like(p.inputs[0]), "fake"))
+
+    def broken(p: workloads.Problem) -> None:
+        raise RuntimeError("no codelet")
+
+    monkeypatch.setitem(workloads.CHAIN_IMPLS, "tensorflow", broken)
+    ok, failed, wrong = runner.throughput_rows(p, ["numpy", "tensorflow", "jax"], repeat=2, min_time=0.0)
+    assert (wrong.framework, wrong.status, wrong.value) == ("JAX", "WRONG", None)
+    assert (failed.framework, failed.status, failed.value) == ("TF-XLA", "FAILED", None)
+    assert "no codelet" in failed.note
+    assert ok.framework == "NumPy" and ok.status == "ok" and ok.value > 0 and ok.best_ms <= ok.median_ms
+
+
+def test_interleaved_timing_gives_every_call_its_samples() -> None:
+    counts = {"a": 0, "b": 0}
+
+    def call(name: str) -> Any:
+        return lambda: counts.__setitem__(name, counts[name] + 1)
+
+    timings = timing.interleaved_best({"a": call("a"), "b": call("b")}, repeat=3, warmup=2)
+    assert counts == {"a": 5, "b": 5}
+    assert all(t.repeat == 3 and 0 <= t.best <= t.median for t in timings.values())
+
+
+def test_wrong_result_is_never_shown_as_a_rate() -> None:
+    rows = [runner.Row("chain", "popjit", 3.0, "GB/s", 1.0, 2.0),
+            runner.Row("chain", "JAX", None, "GB/s", status="WRONG", note="jax chain: result differs from NumPy")]
+    table = runner.format_table(rows)
+    wrong_line = next(line for line in table.splitlines() if "JAX" in line)
+    assert "WRONG" in wrong_line and " - " in wrong_line
+    assert "result differs from NumPy" in table
+
+
+@pytest.mark.slow
+def test_first_call_child_process(tmp_path) -> None:
+    result = firstcall.first_call("popjit", "chain", tmp_path, {"n": 256, "iters": 2}, timeout=300)
+    assert "error" not in result, result
+    assert result["workload"] == "chain 2^8 f32 x2"
+    assert result["first_call_s"] >= result["compile_s"] >= 0.0
+    assert result["max_error"] < 1e-5
+    assert any((tmp_path / "popjit").rglob("*.py")), "the child did not use the temporary POPJIT_CACHE_DIR"
