@@ -40,9 +40,13 @@ from popjit.ops import registry
 HEADER = """import numpy as np
 from numba import prange
 from popjit.kernels import math as km
+from popjit.kernels import random as kr
 from popjit.kernels.bits import f16_to_f32, f32_to_f16
 """
 CHUNK = 1 << 14
+# Ops whose float16 result needs no rounding: exact on float16 inputs.
+F16_EXACT = frozenset({"neg", "abs", "select", "maximum", "minimum", "relu", "relu6", "floor", "ceil", "round",
+                       "sign"})
 
 
 @dataclass
@@ -162,13 +166,23 @@ class _Body:
             return self.const(e.value, e.dtype)
         if isinstance(e, IndexValue):
             code = self.index(e.index)
+            if e.dtype == dtypes.float16:
+                return self.tmp(f"f16_to_f32(f32_to_f16(np.float32({code})))", e)
             return self.tmp(code if not e.dtype.is_floating else f"{compute_type(e.dtype)}({code})", e)
         if isinstance(e, Apply):
             args = [self.expr(a) for a in e.args]
             op = registry.get(e.op)
             in_dtype = e.args[1].dtype if e.op == "select" else e.args[0].dtype
             code = registry.facet(op, "scalar")(args, in_dtype, **e.attr_dict)
-            if e.dtype.is_floating and not (e.args and e.args[-1].dtype.is_floating and e.op != "cast"):
+            if e.dtype == dtypes.float16 and e.op not in F16_EXACT:
+                # why: float16 computes in float32, but each op's result rounds to float16 as in
+                # TensorFlow, XLA and on the IPU, also inside a fused chain.
+                code = f"f16_to_f32(f32_to_f16(np.float32({code})))"
+            elif e.dtype.is_floating and not (e.args and e.args[-1].dtype.is_floating and e.op != "cast"):
+                code = f"{compute_type(e.dtype)}({code})"
+            elif e.dtype.is_integer:
+                # why: Numba computes int32 arithmetic in int64; wrap each result to its dtype, so a
+                # fused ``(a * b) // c`` overflows like TensorFlow's ``a * b`` does.
                 code = f"{compute_type(e.dtype)}({code})"
             return self.tmp(code, e)
         raise TypeError(e)
@@ -251,6 +265,7 @@ def render_kernel(k: Kernel, parallel: bool = False) -> Rendered:
         parallel = False
     else:
         lines = _render_reduce(k, params, hoisted, parallel)
+        parallel = parallel and bool(k.domain) and _inner_reduce(k)  # only that form has a prange loop
     args = [f"b{i}" for i in range(len(params.buffers))]
     args += [f"p{i}" for i in range(len(params.ints))] + [f"f{i}" for i in range(len(params.floats))]
     body = _indent(hoisted, 1) + _indent(lines, 1) + ["    return 0"]

@@ -46,7 +46,8 @@ def _to_array(value: Any, dtype: DType) -> np.ndarray:
         info = np.iinfo(dtype.np)
         if arr.min() < info.min or arr.max() > info.max:
             raise TypeError(f"Cannot convert {value!r} to EagerTensor of dtype {dtype.name}: out of range")
-    return arr.astype(dtype.np)
+    with np.errstate(over="ignore"):  # a float too large for float16 becomes inf, as in TensorFlow
+        return arr.astype(dtype.np)
 
 
 def _contains_tensor(value: Any) -> bool:

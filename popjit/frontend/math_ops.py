@@ -83,6 +83,7 @@ __all__ = [
     "subtract",
     "tanh",
     "truediv",
+    "truncatediv",
     "where",
 ]
 
@@ -91,16 +92,40 @@ def _t(x: Any, dtype: Any = None, hint: Any = None) -> Tensor:
     return convert_to_tensor(x, dtype=dtype, dtype_hint=hint)
 
 
+def convert_like(value: Any, dtype: dtypes.DType) -> Tensor:
+    """Convert the non-tensor operand of a binary op to the other operand's ``dtype``, as TensorFlow does.
+
+    Tensors are returned as they are (a dtype mismatch is the op's ``InvalidArgumentError``). NumPy
+    values are cast (TensorFlow casts them too). A Python float cannot become an integer or bool
+    tensor, nor a Python int a bool one: ``TypeError``, with TensorFlow's message.
+    """
+    if is_tensor(value):
+        return _t(value)
+    arr = np.asarray(value)
+    if arr.dtype == object:
+        return _t(value, hint=dtype)
+    refused = (dtype.is_bool and arr.dtype != np.bool_) or (
+        not isinstance(value, (np.ndarray, np.generic)) and arr.dtype.kind == "f" and not dtype.is_floating)
+    if refused:
+        from popjit.source import where
+
+        raise TypeError(f"Cannot convert {value!r} to EagerTensor of dtype {dtype.name}{where()}")
+    if isinstance(value, (np.ndarray, np.generic)):
+        with np.errstate(all="ignore"):
+            return _t(arr.astype(dtype.np))
+    return _t(value, dtype=dtype)
+
+
 def convert_pair(x: Any, y: Any) -> tuple[Tensor, Tensor]:
-    """Convert binary-op operands: a non-tensor takes the tensor operand's dtype."""
-    if is_tensor(x) or isinstance(x, np.ndarray):
-        x = _t(x)
-        return x, _t(y, hint=x.dtype)
+    """Convert binary-op operands: a non-tensor takes the tensor operand's dtype (see :func:`convert_like`)."""
+    if is_tensor(x) or (isinstance(x, np.ndarray) and not is_tensor(y)):
+        a = _t(x)
+        return a, convert_like(y, a.dtype)
     if is_tensor(y) or isinstance(y, np.ndarray):
-        y = _t(y)
-        return _t(x, hint=y.dtype), y
-    x = _t(x)
-    return x, _t(y, hint=x.dtype)
+        c = _t(y)
+        return convert_like(x, c.dtype), c
+    a = _t(x)
+    return a, convert_like(y, a.dtype)
 
 
 def _binary(op: str) -> Any:
@@ -174,8 +199,15 @@ def gelu(features: Any, approximate: bool = False, name: str | None = None) -> T
 
 
 def truediv(x: Any, y: Any, name: str | None = None) -> Tensor:
-    """``x / y``. Integers are converted to float64 first (as TensorFlow does), which the IPU refuses."""
+    """``x / y``. Integers are converted to float first (8- and 16-bit ones to float32, wider ones
+    to float64, which the IPU refuses), as TensorFlow does; bool and mixed dtypes are a ``TypeError``."""
+    from popjit.source import where
+
     a, b = convert_pair(x, y)
+    if a.dtype != b.dtype:
+        raise TypeError(f"`x` and `y` must have the same dtype, got {a.dtype!r} != {b.dtype!r}.{where()}")
+    if a.dtype.is_bool:
+        raise TypeError(f"Invalid dtype {a.dtype!r} in __truediv__. Expected an integer or floating dtype.{where()}")
     if not a.dtype.is_floating:
         target = dtypes.float32 if a.dtype.size <= 2 else dtypes.float64
         a, b = cast(a, target), cast(b, target)
@@ -193,16 +225,43 @@ def pow(x: Any, y: Any, name: str | None = None) -> Tensor:
 
 
 def logical_xor(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x != y`` for bool tensors (``tf.math.logical_xor``)."""
     a, b = convert_pair(x, y)
+    for t in (a, b):
+        if not t.dtype.is_bool:
+            from popjit.source import where
+
+            raise InvalidArgumentError(f"Op 'logical_xor' does not support {t.dtype.name} inputs (allowed: bool). "
+                                       f"Compare with tf.not_equal, or tf.cast to bool first.{where()}")
     return apply_op("not_equal", [a, b])
 
 
-def logical_and_or_bitwise(x: Any, y: Any) -> Tensor:
-    return logical_and(x, y)
+bitwise_and = _binary("bitwise_and")
+bitwise_or = _binary("bitwise_or")
+bitwise_xor = _binary("bitwise_xor")
+invert = _unary("invert")
+truncatediv = _binary("truncdiv")
 
 
-def logical_or_or_bitwise(x: Any, y: Any) -> Tensor:
-    return logical_or(x, y)
+def _bool_or_bitwise(logical: Any, bitwise: Any) -> Any:
+    """The Python operator ``&``/``|``/``^``: logical on bool tensors, bitwise on integers (as TensorFlow)."""
+
+    def fn(x: Any, y: Any) -> Tensor:
+        a, b = convert_pair(x, y)
+        return (logical if a.dtype.is_bool else bitwise)(a, b)
+
+    return fn
+
+
+logical_and_or_bitwise = _bool_or_bitwise(logical_and, bitwise_and)
+logical_or_or_bitwise = _bool_or_bitwise(logical_or, bitwise_or)
+logical_xor_or_bitwise = _bool_or_bitwise(logical_xor, bitwise_xor)
+
+
+def invert_or_logical_not(x: Any) -> Tensor:
+    """The Python operator ``~``: ``logical_not`` on bool tensors, ``bitwise.invert`` on integers."""
+    t = _t(x)
+    return logical_not(t) if t.dtype.is_bool else invert(t)
 
 
 def cast(x: Any, dtype: Any, name: str | None = None) -> Tensor:
@@ -243,26 +302,32 @@ def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False,
                     transpose_b=bool(transpose_b or adjoint_b))
 
 
-def _axes(axis: Any) -> Any:
+def _axes(axis: Any, op: str = "Sum") -> Any:
+    """Reduction axes as a tuple of ints (None stays None); a tensor must be known while tracing."""
     if axis is None:
         return None
-    if isinstance(axis, Tensor):
-        axis = axis.numpy() if not axis.is_symbolic else _static(axis, "axis")
-    if isinstance(axis, (list, tuple, np.ndarray)):
+    if isinstance(axis, (Tensor, list, tuple)):
+        axis = _static(axis, "axis", op)
+    if isinstance(axis, np.ndarray):
         return tuple(int(a) for a in np.ravel(axis))
     return (int(axis),)
 
 
-def _static(t: Tensor, what: str) -> Any:
+def _axis_int(axis: Any, op: str) -> int:
+    """One axis as an int; a tensor must be known while tracing."""
+    return int(np.asarray(_static(axis, "axis", op)).reshape(()))
+
+
+def _static(t: Any, what: str, op: str) -> Any:
     from popjit.frontend.array_ops import static_value
 
-    return static_value(t, what)
+    return static_value(t, what, op=op, index=1)
 
 
 def _reduce(op: str) -> Any:
     def fn(input_tensor: Any, axis: Any = None, keepdims: bool = False, name: str | None = None) -> Tensor:
         x = _t(input_tensor)
-        axes = _axes(axis)
+        axes = _axes(axis, op)
         return apply_op(op, [x], axes=tuple(range(x.ndim)) if axes is None else axes, keepdims=bool(keepdims))
 
     fn.__name__ = op
@@ -279,8 +344,14 @@ reduce_all = _reduce("reduce_all")
 
 
 def reduce_mean(input_tensor: Any, axis: Any = None, keepdims: bool = False, name: str | None = None) -> Tensor:
-    """Mean over ``axis``; integer means truncate toward zero as TensorFlow's do."""
+    """Mean over ``axis``; integer means truncate toward zero as TensorFlow's do.
+
+    float16 sums and divides in float32 and rounds once (as XLA and poplibs do), so a mean of large
+    float16 values does not overflow where the result itself fits.
+    """
     x = _t(input_tensor)
+    if x.dtype == dtypes.float16:
+        return cast(reduce_mean(cast(x, dtypes.float32), axis, keepdims), dtypes.float16)
     total = reduce_sum(x, axis, keepdims)
     n = max(1, x.aval.size // max(1, total.aval.size)) if x.aval.size else 0
     if x.dtype.is_floating:
@@ -291,18 +362,19 @@ def reduce_mean(input_tensor: Any, axis: Any = None, keepdims: bool = False, nam
 def argmax(input: Any, axis: Any = None, output_type: Any = dtypes.int64, name: str | None = None) -> Tensor:
     """Index of the largest value along ``axis`` (0 if None)."""
     out = dtypes.as_dtype(output_type)
-    return apply_op("argmax", [_t(input)], axis=0 if axis is None else int(axis), output_type=out)
+    return apply_op("argmax", [_t(input)], axis=0 if axis is None else _axis_int(axis, "ArgMax"), output_type=out)
 
 
 def argmin(input: Any, axis: Any = None, output_type: Any = dtypes.int64, name: str | None = None) -> Tensor:
     """Index of the smallest value along ``axis`` (0 if None)."""
     out = dtypes.as_dtype(output_type)
-    return apply_op("argmin", [_t(input)], axis=0 if axis is None else int(axis), output_type=out)
+    return apply_op("argmin", [_t(input)], axis=0 if axis is None else _axis_int(axis, "ArgMin"), output_type=out)
 
 
 def cumsum(x: Any, axis: int = 0, exclusive: bool = False, reverse: bool = False, name: str | None = None) -> Tensor:
     """Cumulative sum along ``axis``."""
-    return apply_op("cumsum", [_t(x)], axis=int(axis), exclusive=bool(exclusive), reverse=bool(reverse))
+    return apply_op("cumsum", [_t(x)], axis=_axis_int(axis, "Cumsum"), exclusive=bool(exclusive),
+                    reverse=bool(reverse))
 
 
 def add_n(inputs: list[Any], name: str | None = None) -> Tensor:

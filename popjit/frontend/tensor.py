@@ -309,14 +309,14 @@ for _dunder, _fn in {
     "add": "add", "sub": "subtract", "mul": "multiply", "truediv": "truediv", "floordiv": "floordiv",
     "mod": "floormod", "pow": "pow", "matmul": "matmul", "and": "logical_and_or_bitwise",
     "or": "logical_or_or_bitwise", "lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal",
-    "xor": "logical_xor",
+    "xor": "logical_xor_or_bitwise",
 }.items():
     setattr(Tensor, f"__{_dunder}__", _binary(_fn))
     if _dunder not in ("lt", "le", "gt", "ge"):
         setattr(Tensor, f"__r{_dunder}__", _binary(_fn, reflected=True))
 Tensor.__neg__ = _unary("negative")  # type: ignore[attr-defined]
 Tensor.__abs__ = _unary("abs")  # type: ignore[attr-defined]
-Tensor.__invert__ = _unary("logical_not")  # type: ignore[attr-defined]
+Tensor.__invert__ = _unary("invert_or_logical_not")  # type: ignore[attr-defined]
 Tensor.__pos__ = lambda self: self  # type: ignore[attr-defined]
 
 

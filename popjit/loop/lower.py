@@ -73,6 +73,8 @@ class LowerCtx:
             return x
         buf = into or self.new_temp(x.shape, x.dtype, hint)
         assert buf.size == x.size, f"materialize: {x.shape} into {buf!r}"
+        if x.size == 0:  # nothing to compute: no kernel over an empty domain
+            return Lazy.of_buffer(buf, x.shape)
         if x.view is not None and x.view.is_contiguous and x.dtype == buf.dtype:
             self.emit(Copy(buf, x.view.buffer))
             return Lazy.of_buffer(buf, x.shape)

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import scipy.special
 
 from popjit import dtypes
 from popjit.dtypes import DType
@@ -28,7 +27,13 @@ FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
 INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64)
 NUMERIC = FLOATS + INTS
 BOOL = (dtypes.bool_,)
-Template = str | Callable[..., str] | dict[str, str]
+Template = str | Callable[..., str] | dict[str, str | Callable[..., str]]
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    import scipy.special  # why: imported on first use; it costs ~0.3 s at start-up
+
+    return scipy.special.erf(x)
 
 
 def _f64(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[..., np.ndarray]:
@@ -122,7 +127,7 @@ def _gelu_ref(x: np.ndarray, approximate: bool = False) -> np.ndarray:
         if approximate:
             y = 0.5 * d * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (d + 0.044715 * d**3)))
         else:
-            y = 0.5 * d * (1.0 + scipy.special.erf(d / np.sqrt(2.0)))
+            y = 0.5 * d * (1.0 + _erf(d / np.sqrt(2.0)))
         return y.astype(x.dtype)
 
 
@@ -139,7 +144,7 @@ _SIGN_INT = "(1 if {0} > 0 else (-1 if {0} < 0 else 0))"
 unary("sign", lambda x: np.sign(x), {"float": "km.sign({0})", "int": _SIGN_INT}, NUMERIC,
       _c((3, 2, False), (3, 4, False)))  # est
 unary("reciprocal", _f64(lambda x: 1.0 / x), "(km.F1 / {0})", FLOATS, _c((6, 2, False), (15, 4, False)))
-unary("erf", _f64(scipy.special.erf), "km.erf({0})", FLOATS, _c((41, 1, False), (13, 1, False)))
+unary("erf", _f64(lambda x: _erf(x)), "km.erf({0})", FLOATS, _c((41, 1, False), (13, 1, False)))
 unary("logical_not", lambda x: np.logical_not(x), "(not {0})", BOOL, _c((2, 4, False), (2, 4, False), (2, 4, False)))
 unary("is_nan", lambda x: np.isnan(x), "km.is_nan({0})", FLOATS, _c((3, 2, False), (3, 4, False)), out=dtypes.bool_)
 unary("is_finite", lambda x: np.isfinite(x), "km.is_finite({0})", FLOATS, _c((3, 2, False), (3, 4, False)),
@@ -181,6 +186,20 @@ def _floordiv_ref(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.floor(x / y).astype(x.dtype)
 
 
+def _quotient(x: str, y: str, dtype: DType) -> str:
+    """``x / y`` rounded to ``dtype``: a float16 quotient rounds to float16 before it is floored or
+    truncated, as in TensorFlow (computing it in float32 would floor 9.997 where TF floors 10)."""
+    return f"f16_to_f32(f32_to_f16({x} / {y}))" if dtype == dtypes.float16 else f"({x} / {y})"
+
+
+def _floordiv_f(x: str, y: str, dtype: DType) -> str:
+    return f"np.floor({_quotient(x, y, dtype)})"
+
+
+def _truncdiv_f(x: str, y: str, dtype: DType) -> str:
+    return f"np.trunc({_quotient(x, y, dtype)})"
+
+
 def _mod_ref(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if x.dtype.kind in "iu":
         return _int_floormod(x, y)
@@ -213,7 +232,7 @@ binary("sub", _same(np.subtract), "({0} - {1})", NUMERIC, _ADD, tf_name="Sub")
 binary("mul", _same(np.multiply), "({0} * {1})", NUMERIC, _ADD, commutative=True, tf_name="Mul")
 binary("div", _same(np.true_divide), "({0} / {1})", FLOATS, _c((10, 2, False), (21, 4, False), (277, 1, False)),
        tf_name="RealDiv")
-binary("floordiv", _floordiv_ref, {"float": "np.floor({0} / {1})", "int": "km.floordiv_i({0}, {1})"}, NUMERIC,
+binary("floordiv", _floordiv_ref, {"float": _floordiv_f, "int": "km.floordiv_i({0}, {1})"}, NUMERIC,
        _c((12, 2, False), (23, 4, False), (277, 1, False)), tf_name="FloorDiv")  # est
 binary("mod", _mod_ref, {"float": "km.floormod_f({0}, {1})", "int": "km.floormod_i({0}, {1})"}, NUMERIC,
        _c((133, 2, False), (300, 4, False), (292, 1, False)), tf_name="FloorMod")
@@ -223,7 +242,13 @@ binary("maximum", _same(np.maximum), {"float": "km.fmax({0}, {1})", "any": "max(
        _c((3, 2, False), (4, 4, False), (7, 1, False)), commutative=True, tf_name="Maximum")
 binary("minimum", _same(np.minimum), {"float": "km.fmin({0}, {1})", "any": "min({0}, {1})"}, NUMERIC,
        _c((3, 2, False), (4, 4, False), (7, 1, False)), commutative=True, tf_name="Minimum")
-binary("squared_difference", _same(lambda x, y: np.square(x - y)), "(({0} - {1}) * ({0} - {1}))", NUMERIC,
+def _squared_difference(x: str, y: str, dtype: DType) -> str:
+    """``(x - y)^2``; a float16 difference rounds to float16 first, as TensorFlow's does."""
+    d = f"f16_to_f32(f32_to_f16({x} - {y}))" if dtype == dtypes.float16 else f"({x} - {y})"
+    return f"({d} * {d})"
+
+
+binary("squared_difference", _same(lambda x, y: np.square(x - y)), _squared_difference, NUMERIC,
        _c((2, 2, True), (2, 4, True), (14, 1, False), flops=2), commutative=True, tf_name="SquaredDifference")
 binary("equal", lambda x, y: np.equal(x, y), "({0} == {1})", ANY, _CMP, dtypes.bool_, True, "Equal")
 binary("not_equal", lambda x, y: np.not_equal(x, y), "({0} != {1})", ANY, _CMP, dtypes.bool_, True, "NotEqual")
@@ -236,6 +261,12 @@ binary("logical_and", lambda x, y: np.logical_and(x, y), "({0} and {1})", BOOL,
        _c((5, 4, False), (5, 4, False), (5, 4, False)), commutative=True, tf_name="LogicalAnd")
 binary("logical_or", lambda x, y: np.logical_or(x, y), "({0} or {1})", BOOL,
        _c((5, 4, False), (5, 4, False), (5, 4, False)), commutative=True, tf_name="LogicalOr")
+
+_BITWISE = _c((7, 1, False), (7, 1, False), (2, 1, False))  # est
+binary("bitwise_and", _same(np.bitwise_and), "({0} & {1})", INTS, _BITWISE, commutative=True, tf_name="BitwiseAnd")
+binary("bitwise_or", _same(np.bitwise_or), "({0} | {1})", INTS, _BITWISE, commutative=True, tf_name="BitwiseOr")
+binary("bitwise_xor", _same(np.bitwise_xor), "({0} ^ {1})", INTS, _BITWISE, commutative=True, tf_name="BitwiseXor")
+unary("invert", lambda x: np.invert(x), "(~{0})", INTS, _BITWISE, doc="tf.bitwise.invert")
 
 # ----------------------------------------------------------------------------------------------
 # Select and cast
@@ -291,11 +322,15 @@ register(OpDef("cast", ELEMENTWISE, _cast_infer, _cast_ref, _lower_elementwise, 
 def _truncdiv_ref(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
         if x.dtype.kind in "iu":
-            safe = np.where(y == 0, 1, y)
-            q = np.abs(x) // np.abs(safe) * np.sign(x) * np.sign(safe)
-            return np.where(y == 0, -1, q).astype(np.result_type(x, y))
+            # why: in int64, so that |INT_MIN| does not overflow; INT_MIN / -1 wraps to INT_MIN.
+            x64, y64 = x.astype(np.int64), y.astype(np.int64)
+            safe = np.where(y64 == 0, 1, y64)
+            q = np.abs(x64) // np.abs(safe) * np.sign(x64) * np.sign(safe)
+            return np.where(y64 == 0, -1, q).astype(np.result_type(x, y))
         return np.trunc(x / y).astype(x.dtype)
 
 
-binary("truncdiv", _truncdiv_ref, {"float": "np.trunc({0} / {1})", "int": "km.truncdiv_i({0}, {1})"}, NUMERIC,
-       _c((12, 2, False), (23, 4, False), (277, 1, False)), tf_name="TruncateDiv")  # est
+# why: int64 operands, so that |INT_MIN| does not overflow inside km.truncdiv_i.
+_TRUNCDIV = {"float": _truncdiv_f, "int": "km.truncdiv_i(np.int64({0}), np.int64({1}))"}
+binary("truncdiv", _truncdiv_ref, _TRUNCDIV, NUMERIC, _c((12, 2, False), (23, 4, False), (277, 1, False)),
+       tf_name="TruncateDiv")  # est

@@ -6,6 +6,7 @@ strided view, and of a fused expression a new index map; a reshape of contiguous
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -58,11 +59,70 @@ def flat_reindex(x: Lazy) -> Any:
     return at
 
 
+def nocopy_strides(old_shape: Sequence[int], old_strides: Sequence[int],
+                   new_shape: Sequence[int]) -> tuple[int, ...] | None:
+    """Strides that view the same elements with ``new_shape`` (row-major order), or None.
+
+    NumPy's ``_attempt_nocopy_reshape``: each group of old dimensions that merges into or splits
+    from a group of new dimensions must be contiguous within itself.
+    """
+    if 0 in old_shape or 0 in new_shape:
+        return None
+    old = [(int(d), int(s)) for d, s in zip(old_shape, old_strides) if d != 1]
+    new = [int(d) for d in new_shape]
+    strides = [0] * len(new)
+    oi, ni = 0, 0
+    while oi < len(old) and ni < len(new):
+        oj, nj = oi + 1, ni + 1
+        o_size, n_size = old[oi][0], new[ni]
+        while o_size != n_size:
+            if n_size < o_size:
+                n_size *= new[nj]
+                nj += 1
+            else:
+                o_size *= old[oj][0]
+                oj += 1
+        if any(old[k][1] != old[k + 1][0] * old[k + 1][1] for k in range(oi, oj - 1)):
+            return None
+        strides[nj - 1] = old[oj - 1][1]
+        for k in range(nj - 1, ni, -1):
+            strides[k - 1] = strides[k] * new[k]
+        oi, ni = oj, nj
+    return tuple(strides)
+
+
+def _unit_dims_map(old: Sequence[int], new: Sequence[int]) -> list[int | None] | None:
+    """If ``new`` only inserts or drops size-1 dimensions of ``old``: for each new dimension, the old
+    dimension it is (None for an inserted 1)."""
+    kept_old = [k for k, d in enumerate(old) if d != 1]
+    kept_new = [k for k, d in enumerate(new) if d != 1]
+    if [old[k] for k in kept_old] != [new[k] for k in kept_new]:
+        return None
+    out: list[int | None] = [None] * len(new)
+    for o, n in zip(kept_old, kept_new):
+        out[n] = o
+    return out
+
+
 def _reshape_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
     (x,) = args
     shape = node.outputs[0].aval.shape
     if x.view is not None and x.view.is_contiguous:
         return [Lazy.of_buffer(x.view.buffer, shape)]
+    if x.view is not None:
+        strides = nocopy_strides(x.shape, x.view.strides, shape)
+        if strides is not None:
+            return [x.restrided(shape, strides, x.view.offset)]
+    units = _unit_dims_map(x.shape, shape)
+    if units is not None and x.view is None:
+        def index_map(idx: tuple) -> tuple:
+            old = [as_index(0)] * x.ndim
+            for i, o in zip(idx, units):
+                if o is not None:
+                    old[o] = i
+            return tuple(old)
+
+        return [x.remap(shape, index_map)]
     at = flat_reindex(x) if x.view is None else None
     if at is not None:
         strides = row_major_strides(shape)
@@ -146,12 +206,7 @@ def _slice_ref(x: np.ndarray, begin: tuple[int, ...], size: tuple[int, ...], ste
 
 def _slice_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
     (x,) = args
-    begin, size, step = node.attrs["begin"], node.attrs["size"], node.attrs["step"]
-    if x.view is not None:
-        v = x.view
-        offset = v.offset + sum(b * s for b, s in zip(begin, v.strides))
-        return [x.restrided(size, [s * st for s, st in zip(v.strides, step)], offset)]
-    return [x.remap(size, lambda idx: tuple(i * st + b for i, b, st in zip(idx, begin, step)), ("slice",))]
+    return [slice_lazy(x, node.attrs["begin"], node.attrs["size"], node.attrs["step"])]
 
 
 register(OpDef("slice", MOVEMENT, _slice_infer, _slice_ref, _slice_lower))
@@ -221,3 +276,157 @@ def _concat_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
 
 
 register(OpDef("concat", MOVEMENT, _concat_infer, lambda *xs, axis: np.concatenate(xs, axis=axis), _concat_lower))
+
+# ----------------------------------------------------------------------------------------------
+# split: consecutive pieces along one axis (tf.split, tf.unstack); each piece is a view
+
+
+def _split_infer(x: Aval, axis: int, sizes: tuple[int, ...]) -> tuple[Aval, ...]:
+    from popjit.ops.shapes import normalize_axis
+
+    if x.ndim == 0:
+        raise InvalidArgumentError("Can't split a scalar (rank 0) tensor; give it at least one dimension [Op:Split]")
+    ax = normalize_axis(axis, x.ndim, "Split")
+    if any(int(s) < 0 for s in sizes) or sum(int(s) for s in sizes) != x.shape[ax]:
+        raise InvalidArgumentError(
+            f"Determined shape must either match input shape along split_dim exactly if fully specified, or be "
+            f"less than the size of the input along split_dim if not fully specified.  Got: {sum(sizes)} "
+            f"(sizes {list(sizes)} along dimension {ax} of size {x.shape[ax]}) [Op:SplitV]"
+        )
+    if not sizes:
+        raise InvalidArgumentError("split needs at least one piece [Op:SplitV]")
+    return tuple(Aval(tuple(int(s) if k == ax else d for k, d in enumerate(x.shape)), x.dtype) for s in sizes)
+
+
+def _split_ref(x: np.ndarray, axis: int, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    cuts = np.cumsum(sizes)[:-1]
+    return tuple(p.copy() for p in np.split(x, cuts, axis=axis % x.ndim))
+
+
+def slice_lazy(x: Lazy, begin: Sequence[int], size: Sequence[int], step: Sequence[int]) -> Lazy:
+    """The strided slice of ``x``: a new view of a buffer, else an index remap."""
+    if x.view is not None:
+        v = x.view
+        offset = v.offset + sum(b * s for b, s in zip(begin, v.strides))
+        return x.restrided(size, [s * st for s, st in zip(v.strides, step)], offset)
+    return x.remap(size, lambda idx: tuple(i * st + b for i, b, st in zip(idx, begin, step)), ("slice",))
+
+
+def _split_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
+    (x,) = args
+    ax = node.attrs["axis"] % x.ndim
+    outs, lo = [], 0
+    for s in node.attrs["sizes"]:
+        begin = [lo if k == ax else 0 for k in range(x.ndim)]
+        size = [int(s) if k == ax else d for k, d in enumerate(x.shape)]
+        outs.append(slice_lazy(x, begin, size, [1] * x.ndim))
+        lo += int(s)
+    return outs
+
+
+register(OpDef("split", MOVEMENT, _split_infer, _split_ref, _split_lower, extra={"tuple_output": True},
+               doc="tf.split / tf.unstack: pieces of the given sizes along an axis"))
+
+# ----------------------------------------------------------------------------------------------
+# tile: repeat the whole tensor along each axis (index modulo the input's size)
+
+
+def _tile_infer(x: Aval, multiples: tuple[int, ...]) -> Aval:
+    if len(multiples) != x.ndim:
+        raise InvalidArgumentError(
+            f"Expected multiples argument to be a vector of length {x.ndim} but got length {len(multiples)} [Op:Tile]"
+        )
+    if any(int(m) < 0 for m in multiples):
+        raise InvalidArgumentError(f"Expected multiples[i] >= 0, but got multiples {list(multiples)} [Op:Tile]")
+    return Aval(tuple(d * int(m) for d, m in zip(x.shape, multiples)), x.dtype)
+
+
+def _tile_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
+    (x,) = args
+    shape = node.outputs[0].aval.shape
+
+    def index_map(idx: tuple) -> tuple:
+        return tuple(as_index(0) if d == 1 else (i if d == n else i % d) for i, d, n in zip(idx, x.shape, shape))
+
+    return [x.remap(shape, index_map, ("tile",))]
+
+
+register(OpDef("tile", MOVEMENT, _tile_infer, lambda x, multiples: np.tile(x, multiples).reshape(
+    tuple(d * int(m) for d, m in zip(x.shape, multiples))), _tile_lower, doc="tf.tile"))
+
+# ----------------------------------------------------------------------------------------------
+# pad: CONSTANT (a select on the in-range test), REFLECT and SYMMETRIC (mirrored indices)
+
+PAD_MODES = ("CONSTANT", "REFLECT", "SYMMETRIC")
+
+
+def _pad_infer(x: Aval, paddings: tuple[tuple[int, int], ...], mode: str = "CONSTANT", constant_value: Any = 0) -> Aval:
+    if mode not in PAD_MODES:
+        raise InvalidArgumentError(f"mode must be one of {', '.join(PAD_MODES)}, not {mode!r} [Op:Pad]")
+    if len(paddings) != x.ndim or any(len(p) != 2 for p in paddings):
+        raise InvalidArgumentError(
+            f"The first dimension of paddings must be the rank of inputs[{len(paddings)},2] {list(x.shape)} [Op:Pad]"
+        )
+    for d, (lo, hi) in zip(x.shape, paddings):
+        if lo < 0 or hi < 0:
+            raise InvalidArgumentError(f"Paddings must be non-negative: {lo} {hi} [Op:Pad]")
+        limit = d - 1 if mode == "REFLECT" else d
+        if mode != "CONSTANT" and (lo > limit or hi > limit):
+            rel = "less than" if mode == "REFLECT" else "no greater than"
+            raise InvalidArgumentError(
+                f"paddings must be {rel} the dimension size: {lo}, {hi} {'not less than' if mode == 'REFLECT' else '>'}"
+                f" {d} [Op:MirrorPad]"
+            )
+    return Aval(tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, paddings)), x.dtype)
+
+
+def _pad_ref(x: np.ndarray, paddings: tuple[tuple[int, int], ...], mode: str = "CONSTANT",
+             constant_value: Any = 0) -> np.ndarray:
+    if mode == "CONSTANT":
+        return np.pad(x, paddings, mode="constant", constant_values=np.asarray(constant_value, dtype=x.dtype))
+    return np.pad(x, paddings, mode=mode.lower())
+
+
+def _mirror(j: ILin, d: int, mode: str) -> ILin:
+    """Index ``j`` (``-d < j < 2d``) mirrored into ``[0, d)``."""
+    from popjit.loop.ir import imax, imin
+
+    if mode == "REFLECT":  # ... 2 1 | 0 1 2 | 1 0 ...
+        a = imax(j, j * -1)
+        return imax(a * -1 + (d - 1), a - (d - 1)) * -1 + (d - 1)
+    a = imax(j, j * -1 - 1)  # SYMMETRIC: ... 1 0 | 0 1 2 | 2 1 ...
+    return imin(a, a * -1 + (2 * d - 1))
+
+
+def _pad_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
+    from popjit.dtypes import bool_, int64
+    from popjit.loop.ir import Apply, Const, IndexValue, iclamp
+
+    (x,) = args
+    out = node.outputs[0].aval
+    pads, mode = node.attrs["paddings"], node.attrs.get("mode", "CONSTANT")
+    padded = [k for k, (lo, hi) in enumerate(pads) if lo or hi]
+    if mode != "CONSTANT":
+        def mirrored(idx: tuple) -> tuple:
+            return tuple(_mirror(i - pads[k][0], x.shape[k], mode) if k in padded else i for k, i in enumerate(idx))
+
+        return [x.remap(out.shape, mirrored, ("pad",))]
+    fill = Const(node.attrs.get("constant_value", 0), out.dtype)
+    if x.size == 0:
+        return [Lazy(out.shape, out.dtype, lambda idx: fill, None, ("pad",))]
+
+    def build(idx: tuple) -> Any:
+        local = [i - pads[k][0] if k in padded else i for k, i in enumerate(idx)]
+        inside = None
+        for k in padded:
+            clamped = iclamp(local[k], 0, x.shape[k] - 1)
+            test = Apply("equal", (IndexValue(clamped, int64), IndexValue(local[k], int64)), bool_)
+            inside = test if inside is None else Apply("logical_and", (inside, test), bool_)
+            local[k] = clamped
+        value = x.build(tuple(local))
+        return value if inside is None else Apply("select", (inside, value, fill), out.dtype)
+
+    return [Lazy(out.shape, out.dtype, build, None, (*x.ops, "pad"))]
+
+
+register(OpDef("pad", MOVEMENT, _pad_infer, _pad_ref, _pad_lower, doc="tf.pad: CONSTANT, REFLECT, SYMMETRIC"))

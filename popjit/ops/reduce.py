@@ -13,6 +13,7 @@ import numpy as np
 
 from popjit import dtypes
 from popjit.dtypes import DType
+from popjit.errors import InvalidArgumentError
 from popjit.graph.ir import Aval
 from popjit.loop.ir import Kernel, Reduce, Store, flat_index, ivar, row_major_strides
 from popjit.loop.lazy import Lazy
@@ -53,12 +54,33 @@ def _lower_reduction(ctx: Any, x: Lazy, axes: tuple[int, ...], reduce: str, out:
     return Lazy.of_buffer(buf, out.shape)
 
 
+def check_axes(axes: int | tuple[int, ...], ndim: int, op: str) -> tuple[int, ...]:
+    """The normalized reduction axes; ``InvalidArgumentError`` for axes out of range (a scalar has
+    none) or repeated, as TensorFlow raises."""
+    given = (axes,) if isinstance(axes, int) else tuple(axes)
+    if ndim == 0 and given:
+        raise InvalidArgumentError(
+            f"Invalid reduction dimension ({given[0]} for input with 0 dimension(s)) [Op:{op}]")
+    norm = normalize_axes(given, ndim, op)
+    if len(norm) != len(given):
+        raise InvalidArgumentError(
+            f"Invalid reduction arguments: Axes contains duplicate dimension: {list(given)} [Op:{op}]")
+    return norm
+
+
+def _check_axis(axis: int, ndim: int, op: str) -> int:
+    """One axis of an arg-reduction or scan, which a scalar does not have."""
+    if ndim == 0:
+        raise InvalidArgumentError(f"Expected dimension (axis) in the range [0, 0), but got {axis} [Op:{op}]")
+    return normalize_axis(axis, ndim, op)
+
+
 def reduction(name: str, reduce: str, ref: Any, allowed: tuple[DType, ...], keep_dtype: bool = True) -> OpDef:
     """Register ``reduce_<op>(x, axes, keepdims)``."""
 
     def infer(x: Aval, axes: tuple[int, ...], keepdims: bool = False) -> Aval:
         check_dtype(name, x.dtype, allowed)
-        axes = normalize_axes(axes, x.ndim, name)
+        axes = check_axes(axes, x.ndim, name)
         return Aval(reduced_shape(x.shape, axes, keepdims), x.dtype)
 
     def reference(x: np.ndarray, axes: tuple[int, ...], keepdims: bool = False) -> np.ndarray:
@@ -93,11 +115,9 @@ def arg_reduction(name: str, reduce: str, np_fn: Any) -> OpDef:
     """Register ``argmax``/``argmin(x, axis, output_type)``: the first index of the extreme."""
 
     def infer(x: Aval, axis: int, output_type: DType = dtypes.int64) -> Aval:
-        check_dtype(name, x.dtype, NUMERIC)
-        ax = normalize_axis(axis, x.ndim, name)
+        check_dtype(name, x.dtype, NUMERIC + BOOL)
+        ax = _check_axis(axis, x.ndim, name)
         if x.shape[ax] == 0:
-            from popjit.errors import InvalidArgumentError
-
             raise InvalidArgumentError(f"Reduction axis {axis} is empty in shape {list(x.shape)}")
         return Aval(tuple(d for k, d in enumerate(x.shape) if k != ax), output_type)
 
@@ -117,7 +137,7 @@ arg_reduction("argmin", "argmin", np.argmin)
 
 def _cumsum_infer(x: Aval, axis: int, exclusive: bool = False, reverse: bool = False) -> Aval:
     check_dtype("cumsum", x.dtype, NUMERIC)
-    normalize_axis(axis, x.ndim, "Cumsum")
+    _check_axis(axis, x.ndim, "Cumsum")
     return x
 
 

@@ -64,3 +64,31 @@ def _lower_iota(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
 
 register(OpDef("iota", SOURCE, _iota_infer, _iota_ref, _lower_iota, cost=ElementCost(),
                doc="start + delta * index along an axis (tf.range, one_hot, eye)"))
+
+
+def _eye_infer(shape: tuple[int, ...], dtype: DType) -> Aval:
+    from popjit.errors import InvalidArgumentError
+
+    if len(shape) < 2 or any(int(d) < 0 for d in shape):
+        raise InvalidArgumentError(f"eye: shape {list(shape)} must be [*batch_shape, num_rows, num_columns] with "
+                                   "non-negative sizes [Op:Eye]")
+    return Aval(tuple(int(d) for d in shape), dtype)
+
+
+def _eye_ref(shape: tuple[int, ...], dtype: DType) -> np.ndarray:
+    return np.broadcast_to(np.eye(shape[-2], shape[-1], dtype=dtype.np), shape).copy()
+
+
+def _lower_eye(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
+    aval = node.outputs[0].aval
+    one, zero = Const(1, aval.dtype), Const(0, aval.dtype)
+
+    def build(idx: tuple) -> Any:
+        diag = Apply("equal", (IndexValue(idx[-2], dtypes.int64), IndexValue(idx[-1], dtypes.int64)), dtypes.bool_)
+        return Apply("select", (diag, one, zero), aval.dtype)
+
+    return [Lazy(aval.shape, aval.dtype, build, ops=("eye",))]
+
+
+register(OpDef("eye", SOURCE, _eye_infer, _eye_ref, _lower_eye, cost=ElementCost(),
+               doc="tf.eye: ones on the diagonal of the last two axes (batched)"))

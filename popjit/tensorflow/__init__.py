@@ -31,10 +31,11 @@ from popjit.frontend.control_flow import cond, while_loop  # noqa: F401
 from popjit.frontend.convert import constant, convert_to_tensor  # noqa: F401
 from popjit.frontend.device import device  # noqa: F401
 from popjit.frontend.function import TensorSpec, function  # noqa: F401
+from popjit.frontend.gather_ops import *  # noqa: F403
 from popjit.frontend.math_ops import *  # noqa: F403
 from popjit.frontend.tensor import Tensor, TensorShape, is_tensor  # noqa: F401
 from popjit.frontend.variables import Variable  # noqa: F401
-from popjit.tensorflow import dtypes, errors, linalg, math, nest, nn  # noqa: F401
+from popjit.tensorflow import autograph, bitwise, dtypes, errors, linalg, math, nest, nn, random  # noqa: F401
 
 __version__ = "2.6.3"  # the TensorFlow version whose API popjit follows (Graphcore SDK 3.x)
 newaxis = None
@@ -59,7 +60,7 @@ def get_static_value(tensor, partial=False):
     return tensor
 
 
-def __getattr__(name: str):  # noqa: ANN202
+def __getattr__(name: str) -> None:
     if name.startswith("__"):
         raise AttributeError(name)
     from popjit.errors import missing_api

@@ -1,0 +1,156 @@
+"""Property tests for data-dependent indexing: tf.gather, tf.one_hot, tf.slice with a run-time begin.
+
+Out-of-range gather indices clamp into range on every path (XLA's behaviour on the IPU; see
+``popjit.ops.gather``); in-range results are cross-checked with the real TensorFlow when it is
+installed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import popjit.tensorflow as tf
+from popjit.errors import InvalidArgumentError
+from popjit.loop.ir import Kernel
+from tests.ops.strategies import DTYPES, arrays, check_paths, finite_values, run_all, tensorflow_or_skip
+
+
+def _values(dt: np.dtype) -> st.SearchStrategy:
+    return finite_values(dt, 100)
+
+
+@st.composite
+def gather_cases(draw: Any, batch: bool = False) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(params, indices, axis, batch_dims) with some indices out of range (negative or too large)."""
+    rank = draw(st.integers(1, 3))
+    shape = tuple(draw(st.integers(1, 4)) for _ in range(rank))
+    b = draw(st.integers(0, min(1, rank - 1))) if batch else 0
+    axis = draw(st.integers(b, rank - 1))
+    ishape = shape[:b] + tuple(draw(st.integers(1, 3)) for _ in range(draw(st.integers(0, 2 - b))))
+    params = draw(arrays(draw(st.sampled_from(DTYPES)), shape, _values))
+    d = shape[axis]
+    indices = draw(arrays("int32", ishape, lambda dt: st.integers(-2, d + 1)))
+    return params, indices, axis, b
+
+
+def numpy_gather(params: np.ndarray, indices: np.ndarray, axis: int, batch_dims: int = 0) -> np.ndarray:
+    """An independent statement of clamped gather: loop over the output's batch and index positions."""
+    ind = np.clip(indices, 0, params.shape[axis] - 1)
+    if batch_dims == 0:
+        return np.take(params, ind, axis=axis)
+    return np.stack([np.take(params[k], ind[k], axis=axis - 1) for k in range(params.shape[0])])
+
+
+@given(case=gather_cases())
+def test__gather__matches_numpy_with_clamping(case: tuple) -> None:
+    params, indices, axis, _ = case
+    check_paths(run_all(lambda p, i: tf.gather(p, i, axis=axis), params, indices),
+                numpy_gather(params, indices, axis), exact=True, what=f"gather axis {axis}")
+
+
+@given(case=gather_cases(batch=True))
+def test__gather__batch_dims__matches_numpy(case: tuple) -> None:
+    params, indices, axis, b = case
+    check_paths(run_all(lambda p, i: tf.gather(p, i, axis=axis, batch_dims=b), params, indices),
+                numpy_gather(params, indices, axis, b), exact=True, what=f"gather axis {axis} batch_dims {b}")
+
+
+def test__gather__agrees_with_tensorflow_in_range() -> None:
+    real_tf = tensorflow_or_skip()
+    rng = np.random.default_rng(0)
+    params = rng.standard_normal((3, 4, 2)).astype(np.float32)
+    for axis, batch_dims, indices in [(0, 0, [[2, 0], [1, 1]]), (1, 0, [3, 0, 2]), (2, 0, 1),
+                                      (1, 1, [[0, 3], [1, 1], [2, 0]])]:
+        ind = np.array(indices, np.int32)
+        expected = real_tf.gather(params, ind, axis=axis, batch_dims=batch_dims).numpy()
+        np.testing.assert_array_equal(tf.gather(params, ind, axis=axis, batch_dims=batch_dims).numpy(), expected)
+
+
+def test__gather__fused_with_elementwise__one_kernel() -> None:
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    i = np.array([2, 0, 2], np.int32)
+
+    def fn(x, i):
+        return tf.gather(x * 2.0, i) + 1.0
+
+    cf = tf.function(fn, jit_compile=True).get_concrete_function(x, i)
+    kernels = [s for s in cf.executable("cpu").program.walk() if isinstance(s, Kernel)]
+    assert len(kernels) == 1
+    check_paths(run_all(fn, x, i), x[i] * 2 + 1, what="gather fused")
+
+
+def test__gather__index_computed_in_loop() -> None:
+    table = np.arange(10, dtype=np.float32) * 10
+
+    def fn(t):
+        acc = tf.constant(0.0)
+        j = tf.constant(0)
+        for _ in tf.range(4):
+            acc = acc + tf.gather(t, j)
+            j = (j * 3 + 1) % 10
+        return acc
+
+    check_paths(run_all(fn, table), np.float32(0 + 10 + 40 + 30), what="loop gather")
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"axis": 2}, "axis"), ({"axis": 0, "batch_dims": 1}, "batch_dims"), ({"axis": -3}, "axis")])
+def test__gather__bad_arguments__raise(kwargs: dict, match: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=match):
+        tf.gather(np.zeros((2, 3), np.float32), np.zeros((2,), np.int32), **kwargs)
+    with pytest.raises(TypeError, match="indices"):
+        tf.gather(np.zeros((2, 3), np.float32), np.zeros((2,), np.float32))
+
+
+# ----------------------------------------------------------------------------------------------
+# one_hot
+
+
+@given(data=st.data())
+def test__one_hot__matches_numpy(data: st.DataObject) -> None:
+    ishape = tuple(data.draw(st.lists(st.integers(1, 4), max_size=2)))
+    depth = data.draw(st.integers(0, 5))
+    indices = data.draw(arrays("int32", ishape, lambda dt: st.integers(-1, depth + 1)))
+    axis = data.draw(st.integers(-1, len(ishape)))
+    dtype = data.draw(st.sampled_from(DTYPES))
+    on, off = data.draw(_values(np.dtype(dtype))), data.draw(_values(np.dtype(dtype)))
+    ax = len(ishape) if axis == -1 else axis
+    hot = np.moveaxis(indices[..., None] == np.arange(depth), -1, ax)
+    expected = np.where(hot, np.asarray(on, dtype), np.asarray(off, dtype)).astype(dtype)
+    fn = lambda i: tf.one_hot(i, depth, on_value=on, off_value=off, axis=axis, dtype=dtype)  # noqa: E731
+    check_paths(run_all(fn, indices), expected, exact=True, what=f"one_hot depth {depth} axis {axis}")
+
+
+def test__one_hot__defaults_and_dtype_inference() -> None:
+    np.testing.assert_array_equal(tf.one_hot([0, 2, -1, 5], 3).numpy(), np.eye(3, dtype=np.float32)[[0, 2, 0, 0]] *
+                                  np.array([[1], [1], [0], [0]], np.float32))
+    assert tf.one_hot([1], 2, on_value=5, off_value=-1).dtype == tf.int32
+
+
+def test__one_hot__agrees_with_tensorflow() -> None:
+    real_tf = tensorflow_or_skip()
+    ind = np.array([[0, 3], [-1, 2]], np.int32)
+    for axis in (-1, 0, 1):
+        expected = real_tf.one_hot(ind, 3, on_value=2.0, off_value=-1.0, axis=axis).numpy()
+        np.testing.assert_array_equal(tf.one_hot(ind, 3, on_value=2.0, off_value=-1.0, axis=axis).numpy(), expected)
+
+
+# ----------------------------------------------------------------------------------------------
+# tf.slice with a run-time begin (dynamic slice)
+
+
+@given(data=st.data())
+def test__dynamic_slice__clamps_start_like_xla(data: st.DataObject) -> None:
+    shape = tuple(data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    x = data.draw(arrays("float32", shape, _values))
+    size = [data.draw(st.integers(0, d)) for d in shape]
+    begin = np.array([data.draw(st.integers(-2, d + 1)) for d in shape], np.int32)
+    start = [int(np.clip(b, 0, d - n)) for b, d, n in zip(begin, shape, size)]
+    expected = x[tuple(slice(s, s + n) for s, n in zip(start, size))]
+    got = tf.function(lambda t, b: tf.slice(t, b, size), jit_compile=True)(x, begin).numpy()
+    np.testing.assert_array_equal(got, expected)
