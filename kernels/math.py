@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
-
-from popjit import config
 
 from .bits import f32_bits, f32_from_bits, f64_bits
 from .jit import codelet
@@ -41,37 +38,6 @@ NAN = np.float32(np.nan)
 
 precise = codelet(fastmath={"contract"})
 """Decorator for functions whose float32 arithmetic must stay as written (FMA contraction only)."""
-
-
-def _scalar(name: str, f32: Any, f64: Any) -> Any:
-    """The public scalar function ``name``: the float32 kernel ``f32`` for float32 arguments, ``f64``
-    (NumPy/libm, full float64 precision) for float64 ones; chosen when the caller is compiled."""
-    kernel = getattr(f32, "py_func", f32)
-    if config.get("DISABLE_NUMBA"):
-
-        def public(x):
-            with np.errstate(all="ignore"):  # quiet, as compiled code is (inf/nan are the results)
-                return f64(x) if isinstance(x, float) else f32(x)  # np.float64 is a float
-
-    else:
-        from numba import types
-        from numba.extending import overload
-
-        def choose(x):
-            raise NotImplementedError
-
-        @overload(choose)
-        def _choose(x):
-            if isinstance(x, types.Float) and x.bitwidth == 64:
-                return lambda x: f64(x)
-            return lambda x: f32(x)
-
-        def public(x):
-            return choose(x)
-
-    public.__name__ = public.__qualname__ = name
-    public.__doc__ = kernel.__doc__
-    return public if config.get("DISABLE_NUMBA") else codelet(public)
 
 
 def _split(v: float, bits: int) -> tuple[np.float32, np.float32]:
@@ -379,19 +345,24 @@ def _gelu_tanh64(x):
     return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
 
 
-exp = _scalar("exp", _exp32, codelet(lambda x: np.exp(x)))
-expm1 = _scalar("expm1", _expm1_32, codelet(lambda x: np.expm1(x)))
-log = _scalar("log", _log32, codelet(lambda x: np.log(x)))
-log1p = _scalar("log1p", _log1p32, codelet(lambda x: np.log1p(x)))
-tanh = _scalar("tanh", _tanh32, codelet(lambda x: np.tanh(x)))
-sigmoid = _scalar("sigmoid", _sigmoid32, _sigmoid64)
-erf = _scalar("erf", _erf32, codelet(lambda x: math.erf(x)))
-softplus = _scalar("softplus", _softplus32, _softplus64)
-elu = _scalar("elu", _elu32, codelet(lambda x: x if x > 0.0 else np.expm1(x)))
-gelu_erf = _scalar("gelu_erf", _gelu_erf32, _gelu_erf64)
-gelu_tanh = _scalar("gelu_tanh", _gelu_tanh32, _gelu_tanh64)
-sin = _scalar("sin", _sin32, codelet(lambda x: np.sin(x)))
-cos = _scalar("cos", _cos32, codelet(lambda x: np.cos(x)))
+# The public scalar functions. ``km.<name>`` is the float32 kernel (float16 computes in float32);
+# ``km.<name>64`` the float64 version (NumPy/libm precision) for host-compiled float64 code. The
+# code generator picks one by dtype (see the templates in popjit/ops/elementwise.py), so no
+# dispatch layer costs a compile.
+exp, expm1, log, log1p, tanh, sigmoid = _exp32, _expm1_32, _log32, _log1p32, _tanh32, _sigmoid32
+erf, softplus, elu, sin, cos = _erf32, _softplus32, _elu32, _sin32, _cos32
+gelu_erf, gelu_tanh = _gelu_erf32, _gelu_tanh32
+sigmoid64, softplus64, gelu_erf64, gelu_tanh64 = _sigmoid64, _softplus64, _gelu_erf64, _gelu_tanh64
+
+
+@codelet
+def elu64(x):
+    return x if x > 0.0 else np.expm1(x)
+
+
+@codelet
+def erf64(x):
+    return math.erf(x)
 
 
 @codelet

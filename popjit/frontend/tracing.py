@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from popjit.errors import InvalidArgumentError, OpError, UnimplementedError
+from popjit.errors import InvalidArgumentError, OpError
 from popjit.graph.ir import Aval, Binding, Graph, Node, Region, Value, VarRef
 from popjit.ops import registry
 from popjit.source import SourceLoc, user_location
@@ -244,7 +244,6 @@ def _trace_op(trace: Trace, op: registry.OpDef, inputs: Sequence[Any], attrs: di
               out_avals: tuple[Aval, ...]) -> list[Any]:
     from popjit.frontend.tensor import Tensor
 
-    _check_device_dtypes(op.name, out_avals)
     values = [trace.value_of(t) for t in inputs]
     consts = [trace.const_values.get(v.uid) for v in values]
     foldable = (values and all(c is not None for c in consts) and not op.effect and op.kind != registry.SOURCE
@@ -258,17 +257,6 @@ def _trace_op(trace: Trace, op: registry.OpDef, inputs: Sequence[Any], attrs: di
         return outs
     node = trace.add_node(op.name, values, attrs, out_avals, loc=user_location(3))
     return [Tensor.symbolic(v, trace) for v in node.outputs]
-
-
-def _check_device_dtypes(op_name: str, avals: Sequence[Aval]) -> None:
-    from popjit.dtypes import is_device_dtype
-
-    for a in avals:
-        if not is_device_dtype(a.dtype):
-            raise UnimplementedError(
-                f"{a.dtype.name} is not supported on the IPU: op '{op_name}' would produce {a}{_where()}. "
-                f"Cast to float32 (or int32) before it; the IPU has no 64-bit arithmetic."
-            )
 
 
 def _run_eager(op: registry.OpDef, inputs: Sequence[Any], attrs: dict[str, Any],

@@ -72,3 +72,25 @@ def verify(graph: Graph) -> Graph:
         raise _fail("every result needs a binding")
     verify_region(graph.region, set())
     return graph
+
+
+def check_device_dtypes(graph: Graph) -> None:
+    """Refuse values the IPU cannot hold (float64): ``UnimplementedError`` naming the op, the user's
+    line and what to do. Host-compiled functions may use them; IPU programs may not."""
+    from popjit.dtypes import is_device_dtype
+    from popjit.errors import UnimplementedError
+
+    for p, b in zip(graph.params, graph.param_bindings):
+        if not is_device_dtype(p.dtype):
+            raise UnimplementedError(
+                f"{p.dtype.name} is not supported on the IPU: input {b} of '{graph.name}' is {p.aval}. "
+                "Cast it to float32 (or int32) on the host first; the IPU has no 64-bit floating point."
+            )
+    for node in graph.walk():
+        for v in node.outputs:
+            if not is_device_dtype(v.dtype):
+                where = f"\n  at {node.loc.describe()}" if node.loc else ""
+                raise UnimplementedError(
+                    f"{v.dtype.name} is not supported on the IPU: op '{node.op}' produces {v.aval}{where}. "
+                    "Cast to float32 (or int32) before it; the IPU has no 64-bit floating point."
+                )

@@ -60,10 +60,17 @@ def render(template: Template, args: list[str], in_dtype: DType, **attrs: Any) -
     """Fill a scalar template for the input dtype family (``float``/``int``/``bool``)."""
     if isinstance(template, dict):
         family = "float" if in_dtype.is_floating else ("bool" if in_dtype.is_bool else "int")
+        if in_dtype == dtypes.float64 and "float64" in template:
+            family = "float64"
         template = template.get(family) or template["any"]
     if callable(template):
         return template(*args, dtype=in_dtype, **attrs)
     return template.format(*args)
+
+
+def _fl(name: str, float64: str) -> dict[str, str]:
+    """Template of a scalar math function: ``km.<name>`` (float32 kernel) or its float64 version."""
+    return {"float": f"km.{name}({{0}})", "float64": f"{float64}({{0}})"}
 
 
 def _lower_elementwise(ctx: Any, node: Any, args: list[Any]) -> list[Any]:
@@ -102,22 +109,22 @@ NAT_F, NAT_H = (2, 2, True), (2, 4, True)
 
 unary("neg", lambda x: np.negative(x), "(-{0})", NUMERIC, _c((2, 2, False), (2, 4, False), (2, 1, False)))
 unary("abs", lambda x: np.abs(x), "abs({0})", NUMERIC, _c((1, 1, True), (1, 1, True), (2, 1, False)))
-unary("exp", _f64(np.exp), "km.exp({0})", FLOATS, _c((6, 2, False), (4, 4, False)))
-unary("expm1", _f64(np.expm1), "km.expm1({0})", FLOATS, _c((8, 2, False), (6, 4, False)))  # est
-unary("log", _f64(np.log), "km.log({0})", FLOATS, _c((12, 2, False), (4, 4, False)))
-unary("log1p", _f64(np.log1p), "km.log1p({0})", FLOATS, _c((14, 2, False), (6, 4, False)))  # est
+unary("exp", _f64(np.exp), _fl("exp", "np.exp"), FLOATS, _c((6, 2, False), (4, 4, False)))
+unary("expm1", _f64(np.expm1), _fl("expm1", "np.expm1"), FLOATS, _c((8, 2, False), (6, 4, False)))  # est
+unary("log", _f64(np.log), _fl("log", "np.log"), FLOATS, _c((12, 2, False), (4, 4, False)))
+unary("log1p", _f64(np.log1p), _fl("log1p", "np.log1p"), FLOATS, _c((14, 2, False), (6, 4, False)))  # est
 unary("sqrt", _f64(np.sqrt), "km.sqrt({0})", FLOATS, _c((10, 2, False), (23, 4, False)))
 unary("rsqrt", _f64(lambda x: 1.0 / np.sqrt(x)), "km.rsqrt({0})", FLOATS, _c((8, 2, False), (19, 4, False)))
 unary("square", lambda x: np.square(x), "({0} * {0})", NUMERIC, _c((2, 2, False), (2, 4, False)))
-unary("tanh", _f64(np.tanh), "km.tanh({0})", FLOATS, _c((12, 2, False), (4, 4, False)))
-unary("sigmoid", _f64(lambda x: 0.5 * (1.0 + np.tanh(0.5 * x))), "km.sigmoid({0})", FLOATS,
+unary("tanh", _f64(np.tanh), _fl("tanh", "np.tanh"), FLOATS, _c((12, 2, False), (4, 4, False)))
+unary("sigmoid", _f64(lambda x: 0.5 * (1.0 + np.tanh(0.5 * x))), _fl("sigmoid", "km.sigmoid64"), FLOATS,
       _c((12, 2, False), (6, 4, False)))
 unary("relu", _same(lambda x: np.maximum(x, 0)), {"float": "km.fmax({0}, km.F0)", "int": "max({0}, 0)"}, NUMERIC,
       _c((3, 2, False), (3, 4, False)))
 unary("relu6", _same(lambda x: np.minimum(np.maximum(x, 0), 6)),
       {"float": "km.fmin(km.fmax({0}, km.F0), km.F6)", "int": "min(max({0}, 0), 6)"}, NUMERIC,
       _c((4, 2, False), (4, 4, False)))  # est
-unary("elu", _f64(lambda x: np.where(x > 0, x, np.expm1(x))), "km.elu({0})", FLOATS,
+unary("elu", _f64(lambda x: np.where(x > 0, x, np.expm1(x))), _fl("elu", "km.elu64"), FLOATS,
       _c((8, 2, False), (8, 4, False)))  # est
 
 
@@ -131,20 +138,21 @@ def _gelu_ref(x: np.ndarray, approximate: bool = False) -> np.ndarray:
         return y.astype(x.dtype)
 
 
-unary("gelu", _gelu_ref, lambda x, dtype, approximate=False: f"km.gelu_tanh({x})" if approximate
-      else f"km.gelu_erf({x})", FLOATS, _c((22, 1, False), (16, 1, False)))
-unary("softplus", _f64(lambda x: np.logaddexp(0.0, x)), "km.softplus({0})", FLOATS,
+unary("gelu", _gelu_ref, lambda x, dtype, approximate=False: f"km.gelu_{'tanh' if approximate else 'erf'}"
+      f"{'64' if dtype == dtypes.float64 else ''}({x})", FLOATS, _c((22, 1, False), (16, 1, False)))
+unary("softplus", _f64(lambda x: np.logaddexp(0.0, x)), _fl("softplus", "km.softplus64"), FLOATS,
       _c((18, 2, False), (10, 4, False)))  # est
-unary("sin", _f64(np.sin), "km.sin({0})", FLOATS, _c((2300, 1, False), (25, 1, False)))
-unary("cos", _f64(np.cos), "km.cos({0})", FLOATS, _c((2300, 1, False), (25, 1, False)))
+unary("sin", _f64(np.sin), _fl("sin", "np.sin"), FLOATS, _c((2300, 1, False), (25, 1, False)))
+unary("cos", _f64(np.cos), _fl("cos", "np.cos"), FLOATS, _c((2300, 1, False), (25, 1, False)))
 unary("floor", lambda x: np.floor(x), "np.floor({0})", FLOATS, _c(NAT_F, NAT_H))
 unary("ceil", lambda x: np.ceil(x), "np.ceil({0})", FLOATS, _c(NAT_F, NAT_H))
-unary("round", lambda x: np.round(x), "km.round_half_even({0})", FLOATS, _c(NAT_F, NAT_H))
+unary("round", lambda x: np.round(x), {"float": "km.round_half_even({0})", "float64": "np.rint({0})"}, FLOATS,
+      _c(NAT_F, NAT_H))
 _SIGN_INT = "(1 if {0} > 0 else (-1 if {0} < 0 else 0))"
 unary("sign", lambda x: np.sign(x), {"float": "km.sign({0})", "int": _SIGN_INT}, NUMERIC,
       _c((3, 2, False), (3, 4, False)))  # est
 unary("reciprocal", _f64(lambda x: 1.0 / x), "(km.F1 / {0})", FLOATS, _c((6, 2, False), (15, 4, False)))
-unary("erf", _f64(lambda x: _erf(x)), "km.erf({0})", FLOATS, _c((41, 1, False), (13, 1, False)))
+unary("erf", _f64(lambda x: _erf(x)), _fl("erf", "km.erf64"), FLOATS, _c((41, 1, False), (13, 1, False)))
 unary("logical_not", lambda x: np.logical_not(x), "(not {0})", BOOL, _c((2, 4, False), (2, 4, False), (2, 4, False)))
 unary("is_nan", lambda x: np.isnan(x), "km.is_nan({0})", FLOATS, _c((3, 2, False), (3, 4, False)), out=dtypes.bool_)
 unary("is_finite", lambda x: np.isfinite(x), "km.is_finite({0})", FLOATS, _c((3, 2, False), (3, 4, False)),

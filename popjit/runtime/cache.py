@@ -10,6 +10,7 @@ import threading
 from typing import Any
 
 from popjit.graph.ir import Graph
+from popjit.graph.verify import check_device_dtypes
 from popjit.schedule.target import Target
 
 _EXECUTABLES: dict[tuple[str, Target | None], Any] = {}
@@ -21,6 +22,8 @@ def compile_cached(graph: Graph, target: Target | None) -> Any:
     """The executable for ``graph`` on ``target`` (None: the host, with no tile-memory limit)."""
     from popjit.pipeline import compile_graph
 
+    if target is not None:  # an IPU program: refuse what the IPU cannot hold before compiling
+        check_device_dtypes(graph)
     key = (graph.fingerprint(), target)
     with _lock:
         if key in _EXECUTABLES:
