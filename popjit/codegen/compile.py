@@ -24,17 +24,16 @@ import numba
 
 from popjit import config
 from popjit.codegen.engine import EngineSource
-from popjit.codegen.render import HEADER, Rendered
+from popjit.codegen.render import HEADER, PARALLEL, SERIAL, Rendered
 
 PACKAGE = "popjit_gen"
 
 
 @functools.lru_cache(maxsize=1)
 def _kernels_fingerprint() -> str:
-    import popjit.kernels as kernels
-
     import popjit.codegen.engine as engine_mod
     import popjit.codegen.render as render_mod
+    import popjit.kernels as kernels
 
     h = hashlib.sha256(numba.__version__.encode())
     kdir = Path(kernels.__file__).parent
@@ -73,14 +72,15 @@ def _load(name: str, source: str) -> ModuleType:
     return importlib.import_module(modname)
 
 
-def _decorator(parallel: bool) -> str:
-    if config.get("DISABLE_NUMBA"):
-        return ""
-    return f"@codelet(cache=True{', parallel=True' if parallel else ''})\n"
+def _decorate(source: str) -> str:
+    """Fill the renderer's decorator placeholders (none when Numba is disabled)."""
+    plain = config.get("DISABLE_NUMBA")
+    source = source.replace(PARALLEL + "\n", "" if plain else "@codelet(cache=True, parallel=True)\n")
+    return source.replace(SERIAL + "\n", "" if plain else "@codelet(cache=True)\n")
 
 
 def codelet_module_source(r: Rendered) -> str:
-    return f"{HEADER}from popjit.kernels.jit import codelet\n\n\n{_decorator(r.parallel)}{r.source}"
+    return f"{HEADER}from popjit.kernels.jit import codelet\n\n\n{_decorate(r.source)}"
 
 
 def load_codelet(r: Rendered) -> Any:
@@ -95,7 +95,7 @@ def engine_module_source(src: EngineSource) -> str:
     if src.matmul_kernels:
         imports.append(f"from popjit.kernels.matmul import {', '.join(sorted(src.matmul_kernels))}")
     return "import numpy as np\nfrom popjit.kernels.jit import codelet\n" + "\n".join(imports) + \
-        f"\n\n\n{_decorator(False)}{src.source}"
+        f"\n\n\n{_decorate(SERIAL + chr(10) + src.source)}"
 
 
 @functools.lru_cache(maxsize=4096)

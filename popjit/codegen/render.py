@@ -43,7 +43,8 @@ from popjit.kernels import math as km
 from popjit.kernels import random as kr
 from popjit.kernels.bits import f16_to_f32, f32_to_f16
 """
-CHUNK = 1 << 14
+CHUNK = 1 << 15  # elements per parallel chunk
+SERIAL, PARALLEL = "@CODELET", "@PARALLEL_CODELET"  # decorator placeholders, filled by codegen.compile
 # Ops whose float16 result needs no rounding: exact on float16 inputs.
 F16_EXACT = frozenset({"neg", "abs", "select", "maximum", "minimum", "relu", "relu6", "floor", "ceil", "round",
                        "sign"})
@@ -70,6 +71,7 @@ class _Params:
     ints: list[int] = field(default_factory=list)
     floats: list[float] = field(default_factory=list)
     buffers: list[Buffer] = field(default_factory=list)
+    domain_sizes: list[str] = field(default_factory=list)
 
     def int(self, v: int) -> str:
         v = int(v)
@@ -159,8 +161,13 @@ class _Body:
         if e in self.memo:
             return self.memo[e]
         if isinstance(e, Load):
-            ref = f"{self.params.buf(e.buf)}[{self.index(e.index)}]"
+            ref = _at(self.params.buf(e.buf), self.index(e.index))
             code = f"f16_to_f32({ref})" if e.buf.dtype == dtypes.float16 else ref
+            if _loop_invariant(e.index):
+                # why: LLVM cannot prove the loop's stores don't alias a scalar load such as `b0[0]`,
+                # so it would reload it every iteration and not vectorise; the kernel never writes a
+                # buffer it reads elsewhere (in-place updates read only the element they write).
+                return self.hoist(code, ("load", e))
             return self.tmp(code, e)
         if isinstance(e, Const):
             return self.const(e.value, e.dtype)
@@ -202,6 +209,17 @@ class _Body:
         if buf.dtype.is_bool:
             return f"bool({value})"
         return f"{compute_type(buf.dtype)}({value})"
+
+
+def _at(buf: str, index: str) -> str:
+    """``buf[index]`` with an unsigned index: every index is non-negative by construction, and Numba's
+    negative-index wraparound check on a signed one (``lo + j0``) keeps LLVM from vectorising."""
+    return f"{buf}[np.uint64({index})]"
+
+
+def _loop_invariant(ix: ILin) -> bool:
+    """An index that no loop variable (``i*``/``r*``/``j*``) reaches, directly or through a gather."""
+    return not any(isinstance(a, (IVar, IValue)) for a in ix.atoms())
 
 
 def _indent(lines: list[str], n: int) -> list[str]:
@@ -270,36 +288,48 @@ def render_kernel(k: Kernel, parallel: bool = False) -> Rendered:
     args += [f"p{i}" for i in range(len(params.ints))] + [f"f{i}" for i in range(len(params.floats))]
     body = _indent(hoisted, 1) + _indent(lines, 1) + ["    return 0"]
     sig_dtypes = ", ".join(f"{b.dtype.short}" for b in params.buffers)
-    text = f"def codelet({', '.join(args)}):\n    # buffers: {sig_dtypes}\n" + "\n".join(body) + "\n"
+    head = f"# buffers: {sig_dtypes}\n"
+    if parallel:
+        text = head + _parallel_source(", ".join(args), body, params.domain_sizes)
+    else:
+        text = head + f"{SERIAL}\ndef NAME({', '.join(args)}):\n" + "\n".join(body) + "\n"
     name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:20]
-    text = text.replace("def codelet(", f"def {name}(", 1)
-    return Rendered(text, name, params.buffers, params.ints, params.floats, parallel)
+    return Rendered(text.replace("NAME", name), name, params.buffers, params.ints, params.floats, parallel)
 
 
-def _domain_loops(k: Kernel, params: _Params, parallel: bool) -> tuple[list[str], int]:
-    """Loop headers over the kernel's domain; the outermost one chunked over threads if ``parallel``."""
+def _parallel_source(args: str, body: list[str], sizes: list[str]) -> str:
+    """A serial ``NAME_chunk`` over outer rows ``[lo, hi)`` (it vectorises: Numba inlines the scalar math
+    into it, which it does not inside a ``prange`` body) and a ``prange`` driver calling it per chunk."""
+    inner = " * ".join(sizes[1:]) or "1"
+    return "\n".join([
+        f"{SERIAL}", f"def NAME_chunk({args}, lo, hi):", *body, "", "",
+        f"{PARALLEL}", f"def NAME({args}):",
+        f"    rows = max(1, {CHUNK} // max(1, {inner}))",
+        f"    for ch in prange(({sizes[0]} + rows - 1) // rows):",
+        "        lo = ch * rows",
+        f"        NAME_chunk({args}, lo, min(lo + rows, {sizes[0]}))",
+        "    return 0", "",
+    ])
+
+
+def _domain_loops(k: Kernel, params: _Params, chunked: bool) -> tuple[list[str], int]:
+    """Loop headers over the kernel's domain; with ``chunked`` the outermost runs over ``[lo, hi)``."""
     names = [f"i{j}" for j in range(len(k.domain))]
     sizes = [params.int(d) for d in k.domain]
+    params.domain_sizes = sizes
     if not names:
         return [], 0
-    if not parallel:
+    if not chunked:
         return _loops(names, sizes)
-    n0 = sizes[0]
-    head = [
-        f"for ch in prange(({n0} + {CHUNK - 1}) // {CHUNK}):",
-        f"    lo = ch * {CHUNK}",
-        f"    for j0 in range(min({CHUNK}, {n0} - lo)):",
-        "        i0 = lo + j0",
-    ]
     rest, depth = _loops(names[1:], sizes[1:])
-    return head + _indent(rest, 2), depth + 2
+    return ["for j0 in range(hi - lo):", "    i0 = lo + j0", *_indent(rest, 1)], depth + 1
 
 
 def _render_elementwise(k: Kernel, params: _Params, hoisted: list[str], parallel: bool) -> list[str]:
     head, depth = _domain_loops(k, params, parallel)
     body = _Body(params, hoisted)
     values = [(s, body.expr(s.value)) for s in k.stores]
-    stores = [f"{params.buf(s.buf)}[{body.index(s.index)}] = {body.store_value(s.buf, v)}" for s, v in values]
+    stores = [f"{_at(params.buf(s.buf), body.index(s.index))} = {body.store_value(s.buf, v)}" for s, v in values]
     return head + _indent(body.lines + stores, depth)
 
 
@@ -326,7 +356,7 @@ def _render_reduce(k: Kernel, params: _Params, hoisted: list[str], parallel: boo
         body = _Body(params, hoisted)
         v = body.expr(store.value)
         inner = body.lines + [f"acc = {_combine(op, 'acc', v, acc_t)}"]
-        out = f"{params.buf(store.buf)}[{body.index(store.index)}] = {body.store_value(store.buf, 'acc')}"
+        out = f"{_at(params.buf(store.buf), body.index(store.index))} = {body.store_value(store.buf, 'acc')}"
         return head + _indent([f"acc = {_reduce_init(op, acc_t)}", *rloops, *_indent(inner, rdepth), out], depth)
     # Kept axis is contiguous: accumulate whole output rows (vectorises along the kept axis).
     n = params.int(k.size)
@@ -337,10 +367,11 @@ def _render_reduce(k: Kernel, params: _Params, hoisted: list[str], parallel: boo
     rloops, rdepth = _loops(rnames, [params.int(d) for d in rdomain])
     acc_np = "np.float32" if acc_t.is_floating else ("np.bool_" if acc_t.is_bool else "np.int64")
     init = [f"acc = np.empty({n}, {acc_np})", f"for q in range({n}):", f"    acc[q] = {_reduce_init(op, acc_t)}"]
-    update = body.lines + [f"acc[{idx}] = {_combine(op, f'acc[{idx}]', v, acc_t)}"]
+    update = body.lines + [f"{_at('acc', idx)} = {_combine(op, _at('acc', idx), v, acc_t)}"]
     store_body = _Body(params, hoisted)
     sidx = store_body.index(store.index)
-    final = head + _indent([f"{params.buf(store.buf)}[{sidx}] = {store_body.store_value(store.buf, f'acc[{sidx}]')}"],
+    final = head + _indent([f"{_at(params.buf(store.buf), sidx)} = "
+                            f"{store_body.store_value(store.buf, _at('acc', sidx))}"],
                            depth)
     return init + rloops + _indent(head + _indent(update, depth), rdepth) + final
 
@@ -357,7 +388,7 @@ def _render_argreduce(k: Kernel, params: _Params, hoisted: list[str]) -> list[st
     nan = store.value.dtype.is_floating
     cond = f"({v} {better} best or ({v} != {v} and best == best))" if nan else f"{v} {better} best"
     inner = [*body.lines, f"if {cond}:", f"    best = {v}", "    bi = r0"]
-    out = f"{params.buf(store.buf)}[{body.index(store.index)}] = {body.store_value(store.buf, 'bi')}"
+    out = f"{_at(params.buf(store.buf), body.index(store.index))} = {body.store_value(store.buf, 'bi')}"
     return head + _indent([f"best = {init}", "bi = 0", f"for r0 in range({n}):", *_indent(inner, 1), out], depth)
 
 
@@ -369,7 +400,7 @@ def _render_scan(k: Kernel, params: _Params, hoisted: list[str]) -> list[str]:
     acc_t = _acc_type("sum", store.value.dtype)
     body = _Body(params, hoisted)
     v = body.expr(store.value)
-    out = f"{params.buf(store.buf)}[{body.index(store.index)}] = {body.store_value(store.buf, 'acc')}"
+    out = f"{_at(params.buf(store.buf), body.index(store.index))} = {body.store_value(store.buf, 'acc')}"
     step = [f"acc = acc + {v}", out] if not k.reduce.exclusive else [out, f"acc = acc + {v}"]
     r0 = f"({n} - 1 - rr)" if k.reduce.reverse else "rr"
     inner = [f"r0 = {r0}", *body.lines, *step]

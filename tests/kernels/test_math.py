@@ -23,6 +23,7 @@ import numba
 import numpy as np
 import pytest
 import scipy.special as sp
+
 from popjit.kernels import _fit
 from popjit.kernels import math as km
 from popjit.kernels.bits import f32_bits, f32_from_bits, f64_bits

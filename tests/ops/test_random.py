@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from popjit.kernels import random as kr
 
 import popjit.tensorflow as tf
 from popjit import dtypes
 from popjit.errors import InvalidArgumentError
+from popjit.kernels import random as kr
 from popjit.loop.ir import Kernel
 from popjit.ops import random as rops
 from tests.ops.strategies import check_paths, run_all, run_path
