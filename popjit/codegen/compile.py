@@ -92,8 +92,9 @@ def load_codelet(r: Rendered) -> Any:
 def engine_module_source(src: EngineSource) -> str:
     suffix = "_py" if config.get("DISABLE_NUMBA") else ""
     imports = [f"from {PACKAGE}.{name}{suffix} import {name}" for name in sorted(src.codelets)]
-    if src.matmul_kernels:
-        imports.append(f"from popjit.kernels.matmul import {', '.join(sorted(src.matmul_kernels))}")
+    for module in sorted(set(src.library.values())):
+        names = sorted(n for n, m in src.library.items() if m == module)
+        imports.append(f"from {module} import {', '.join(names)}")
     return "import numpy as np\nfrom popjit.kernels.jit import codelet\n" + "\n".join(imports) + \
         f"\n\n\n{_decorate(SERIAL + chr(10) + src.source)}"
 

@@ -1,10 +1,9 @@
 """Loop-IR program → one engine function (Numba source) that runs the whole program natively.
 
-    def engine(B0, B1, B2, P, F):          # argument, variable, constant and result buffers
-        t0 = np.empty(P[0], np.float32)    # temporaries, sized from P
+    def engine(B0, B1, B2, B3, P, F):      # argument, variable, constant, result, temporary buffers
         for _ in range(P[1]):               # Repeat: a native loop
-            k_3f2a(t0, B0, P[2], F[0])      # a codelet call per compute set
-            t0[:] = ...
+            k_3f2a(B3, B0, P[2], F[0])      # a codelet call per compute set
+            B1[:] = B3                      # Copy
         return 0
 
 Like codelets, the engine's text depends only on the program's structure: every size, count
@@ -34,16 +33,12 @@ class EngineSource:
     arguments: list[Buffer]  # the engine's buffer parameters, in order
     ints: np.ndarray
     floats: np.ndarray
-    matmul_kernels: set[str] = field(default_factory=set)
+    library: dict[str, str] = field(default_factory=dict)  # hand-written codelets used: name -> module
 
 
 def storage_dtype(dtype: DType) -> np.dtype:
     """How a dtype is stored in engine buffers (float16 as its uint16 bit pattern)."""
     return np.dtype(np.uint16) if dtype == dtypes.float16 else dtype.np
-
-
-def _np_name(dtype: DType) -> str:
-    return f"np.{storage_dtype(dtype).name}"
 
 
 def matmul_codelet(dtype: DType) -> str:
@@ -62,13 +57,13 @@ class _Emitter:
         self.ints: list[int] = []
         self.floats: list[float] = []
         self.codelets: dict[str, Rendered] = {}
-        self.matmuls: set[str] = set()
+        self.library: dict[str, str] = {}
         self.names: dict[int, str] = {}
-        args = [*program.args, *program.variables, *program.consts, *program.outs]
+        # why: temporaries come from the host too; `np.empty` inside the engine would make Numba compile
+        # its error-message path (string formatting), over a second of every cold compile.
+        args = [*program.args, *program.variables, *program.consts, *program.outs, *program.temps]
         for k, b in enumerate(args):
             self.names[b.uid] = f"B{k}"
-        for k, b in enumerate(program.temps):
-            self.names[b.uid] = f"t{k}"
         self.arguments = args
         self.loop_depth = 0
 
@@ -99,13 +94,14 @@ class _Emitter:
             return [f"{pad}{r.func}({', '.join(args)})  # {s.name}"]
         if isinstance(s, MatMul):
             fn = matmul_codelet(s.out.dtype)
-            self.matmuls.add(fn)
+            self.library[fn] = "popjit.kernels.matmul"
             nums = [s.batch, s.m, s.n, s.k]
             args = [self.buf(s.out), self.buf(s.a), self.buf(s.b), *map(self.int, nums),
                     str(bool(s.ta)), str(bool(s.tb)), self.int(s.a_batch_stride), self.int(s.b_batch_stride)]
             return [f"{pad}{fn}({', '.join(args)})  # {s.name}"]
         if isinstance(s, Copy):
-            return [f"{pad}{self.buf(s.dst)}[:] = {self.buf(s.src)}"]
+            self.library["copy"] = "popjit.kernels.copy"
+            return [f"{pad}copy({self.buf(s.dst)}, {self.buf(s.src)})"]
         if isinstance(s, Repeat):
             self.loop_depth += 1
             lines = [f"{pad}for _r{self.loop_depth} in range({self.int(s.count)}):", *self.block(s.body, ind + 1)]
@@ -130,11 +126,10 @@ class _Emitter:
 def render_engine(program: Program) -> EngineSource:
     """Render ``program`` as an engine function plus the codelets it calls."""
     em = _Emitter(program)
-    temps = [f"    {em.buf(b)} = np.empty({em.int(b.size)}, {_np_name(b.dtype)})" for b in program.temps]
     body = em.block(program.body, 1)
     params = ", ".join([*(em.buf(b) for b in em.arguments), "P", "F"])
-    text = "\n".join([f"def engine({params}):", *temps, *body, "    return 0", ""])
+    text = "\n".join([f"def engine({params}):", *body, "    return 0", ""])
     name = "e_" + hashlib.sha256(text.encode()).hexdigest()[:20]
     text = text.replace("def engine(", f"def {name}(", 1)
     return EngineSource(text, name, em.codelets, em.arguments, np.array(em.ints, dtype=np.int64),
-                        np.array(em.floats, dtype=np.float64), em.matmuls)
+                        np.array(em.floats, dtype=np.float64), em.library)

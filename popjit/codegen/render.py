@@ -264,9 +264,10 @@ def _combine(op: str, acc: str, v: str, dtype: DType) -> str:
 
 
 def _acc_type(op: str, dtype: DType) -> DType:
+    """The accumulator's type: int64 for integer sums and products, float32 for float16."""
     if op in ("sum", "prod") and dtype.is_integer:
         return dtypes.int64
-    return dtype
+    return dtypes.float32 if dtype == dtypes.float16 else dtype
 
 
 def render_kernel(k: Kernel, parallel: bool = False) -> Rendered:
@@ -350,7 +351,7 @@ def _render_reduce(k: Kernel, params: _Params, hoisted: list[str], parallel: boo
     op, rdomain = k.reduce.op, k.reduce.rdomain
     acc_t = _acc_type(op, store.value.dtype)
     rnames = [f"r{j}" for j in range(len(rdomain))]
-    if _inner_reduce(k) or not k.domain:
+    if _inner_reduce(k) or not k.domain or acc_t != store.buf.dtype:
         head, depth = _domain_loops(k, params, parallel)
         rloops, rdepth = _loops(rnames, [params.int(d) for d in rdomain])
         body = _Body(params, hoisted)
@@ -358,22 +359,16 @@ def _render_reduce(k: Kernel, params: _Params, hoisted: list[str], parallel: boo
         inner = body.lines + [f"acc = {_combine(op, 'acc', v, acc_t)}"]
         out = f"{_at(params.buf(store.buf), body.index(store.index))} = {body.store_value(store.buf, 'acc')}"
         return head + _indent([f"acc = {_reduce_init(op, acc_t)}", *rloops, *_indent(inner, rdepth), out], depth)
-    # Kept axis is contiguous: accumulate whole output rows (vectorises along the kept axis).
-    n = params.int(k.size)
+    # A kept axis is the contiguous one: accumulate whole output rows in the output buffer itself
+    # (vectorises along the kept axis; the accumulator has the output's type, checked above).
     body = _Body(params, hoisted)
     v = body.expr(store.value)
-    idx = body.index(store.index)
+    out = _at(params.buf(store.buf), body.index(store.index))
     head, depth = _loops([f"i{j}" for j in range(len(k.domain))], [params.int(d) for d in k.domain])
     rloops, rdepth = _loops(rnames, [params.int(d) for d in rdomain])
-    acc_np = "np.float32" if acc_t.is_floating else ("np.bool_" if acc_t.is_bool else "np.int64")
-    init = [f"acc = np.empty({n}, {acc_np})", f"for q in range({n}):", f"    acc[q] = {_reduce_init(op, acc_t)}"]
-    update = body.lines + [f"{_at('acc', idx)} = {_combine(op, _at('acc', idx), v, acc_t)}"]
-    store_body = _Body(params, hoisted)
-    sidx = store_body.index(store.index)
-    final = head + _indent([f"{_at(params.buf(store.buf), sidx)} = "
-                            f"{store_body.store_value(store.buf, _at('acc', sidx))}"],
-                           depth)
-    return init + rloops + _indent(head + _indent(update, depth), rdepth) + final
+    init = head + _indent([f"{out} = {_reduce_init(op, acc_t)}"], depth)
+    update = body.lines + [f"{out} = {_combine(op, out, v, acc_t)}"]
+    return init + rloops + _indent(head + _indent(update, depth), rdepth)
 
 
 def _render_argreduce(k: Kernel, params: _Params, hoisted: list[str]) -> list[str]:

@@ -44,6 +44,7 @@ class Executable:
         buffers += [device_view(variables[b.binding], b) for b in p.variables]
         buffers += self._const_views
         buffers += [device_view(o, b) for o, b in zip(outs, p.outs)]
+        buffers += [np.empty(b.size, storage_dtype(b.dtype)) for b in p.temps]
         self.engine(*buffers, self.engine_source.ints, self.engine_source.floats)
         self.runs += 1
         return outs
