@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import threading
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ def canonical(name: str | None) -> str:
     raise ValueError(f"Cannot parse device name {name!r}; use e.g. '/device:IPU:0' or '/device:CPU:0'.")
 
 
+@functools.lru_cache(maxsize=256)
 def ipu_ordinal(name: str) -> int | None:
     """The IPU number in a device name, or None for other devices."""
     m = _IPU_RE.search(name)

@@ -167,6 +167,7 @@ class Function:
         self._last_keys: tuple | None = None
         self.retrace_reasons: list[str] = []
         self._converted: Callable | None = None
+        self._py_signature: inspect.Signature | None = None
         functools.update_wrapper(self, python_function)
 
     # -- binding as a method -----------------------------------------------------------------
@@ -195,7 +196,9 @@ class Function:
     def _canonical(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """Bind a call to the Python signature, so ``f(x)``, ``f(x=x)`` and explicit defaults match."""
         try:
-            bound = inspect.signature(self.python_function).bind(*args, **kwargs)
+            if self._py_signature is None:
+                self._py_signature = inspect.signature(self.python_function)
+            bound = self._py_signature.bind(*args, **kwargs)
         except (TypeError, ValueError) as e:
             if isinstance(e, TypeError) and "argument" in str(e):
                 raise TypeError(f"{self.name}(): {e}") from None

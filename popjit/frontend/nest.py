@@ -28,6 +28,11 @@ def is_nested(x: Any) -> bool:
 
 def flatten_with_tree(structure: Any) -> tuple[list[Any], Tree]:
     """Leaves in order, and a hashable tree that :func:`unflatten` rebuilds from."""
+    if type(structure) is tuple and len(structure) == 2 and type(structure[1]) is dict and not structure[1] \
+            and type(structure[0]) is tuple and not any(isinstance(x, (list, tuple, Mapping)) for x in structure[0]):
+        # why: the fast path for a call's (args, kwargs) with flat positional arguments, every call
+        n = len(structure[0])
+        return list(structure[0]), ("tuple", (("tuple", (None,) * n), ("dict", dict, (), ())))
     leaves: list[Any] = []
 
     def walk(x: Any) -> Tree:
