@@ -85,6 +85,6 @@ class UnimplementedAPIError(UnimplementedError, AttributeError):  # type: ignore
 def missing_api(module: str, name: str) -> UnimplementedAPIError:
     """The error for ``module.name`` not existing in popjit."""
     return UnimplementedAPIError(
-        f"{module}.{name} is not implemented by popjit. See docs/ops.md for the supported API; "
+        f"{module}.{name} is not implemented by popjit. See docs/reference.md for the supported API; "
         "if your program needs it, please open an issue naming the op and a small example."
     )

@@ -97,7 +97,9 @@ def unary(name: str, ref: Callable[..., np.ndarray], template: Template, allowed
         check_dtype(name, x.dtype, allowed)
         return Aval(x.shape, out or x.dtype)
 
-    return register(OpDef(name, UNARY, infer, ref, _lower_elementwise, _scalar(template), cost, doc=doc))
+    doc = doc or f"element-wise {name}"
+    return register(OpDef(name, UNARY, infer, ref, _lower_elementwise, _scalar(template), cost, doc=doc,
+                          extra={"dtypes": allowed}))
 
 
 def _c(f: tuple[int, int, bool], h: tuple[int, int, bool], i: tuple[int, int, bool] = (7, 1, False),
@@ -174,7 +176,8 @@ def binary(name: str, ref: Callable[..., np.ndarray], template: Template, allowe
         return Aval(broadcast_shapes(x.shape, y.shape, op=tf_name), out or dtype)
 
     return register(OpDef(name, BINARY, infer, ref, _lower_elementwise, _scalar(template), cost,
-                          commutative=commutative))
+                          commutative=commutative, doc=f"element-wise, broadcasting (TensorFlow's {tf_name})",
+                          extra={"dtypes": allowed}))
 
 
 def _int_floordiv(x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -132,7 +132,8 @@ def _reshape_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
     return [Lazy.of_buffer(dense.view.buffer, shape)]
 
 
-register(OpDef("reshape", MOVEMENT, _reshape_infer, lambda x, shape: np.reshape(x, shape), _reshape_lower))
+register(OpDef("reshape", MOVEMENT, _reshape_infer, lambda x, shape: np.reshape(x, shape), _reshape_lower,
+               doc="tf.reshape: a view of contiguous data, else a copy"))
 
 # ----------------------------------------------------------------------------------------------
 # transpose
@@ -157,7 +158,8 @@ def _transpose_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
     return [x.remap(shape, lambda idx: tuple(idx[int(inverse[k])] for k in range(len(perm))), ("transpose",))]
 
 
-register(OpDef("transpose", MOVEMENT, _transpose_infer, lambda x, perm: np.transpose(x, perm), _transpose_lower))
+register(OpDef("transpose", MOVEMENT, _transpose_infer, lambda x, perm: np.transpose(x, perm), _transpose_lower,
+               doc="tf.transpose: a permuted view (strides), fused into consumers"))
 
 # ----------------------------------------------------------------------------------------------
 # broadcast_to
@@ -180,7 +182,7 @@ def _broadcast_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
 
 
 register(OpDef("broadcast_to", MOVEMENT, _broadcast_infer, lambda x, shape: np.broadcast_to(x, shape).copy(),
-               _broadcast_lower))
+               _broadcast_lower, doc="tf.broadcast_to: stride-0 view"))
 
 # ----------------------------------------------------------------------------------------------
 # slice: begin/size/step per dimension (negative steps walk backwards)
@@ -209,7 +211,8 @@ def _slice_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
     return [slice_lazy(x, node.attrs["begin"], node.attrs["size"], node.attrs["step"])]
 
 
-register(OpDef("slice", MOVEMENT, _slice_infer, _slice_ref, _slice_lower))
+register(OpDef("slice", MOVEMENT, _slice_infer, _slice_ref, _slice_lower,
+               doc="begin/size/step per axis (negative steps walk backwards): a strided view"))
 
 # ----------------------------------------------------------------------------------------------
 # concat
@@ -275,7 +278,8 @@ def _concat_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
     return [Lazy.of_buffer(buf, out.shape)]
 
 
-register(OpDef("concat", MOVEMENT, _concat_infer, lambda *xs, axis: np.concatenate(xs, axis=axis), _concat_lower))
+register(OpDef("concat", MOVEMENT, _concat_infer, lambda *xs, axis: np.concatenate(xs, axis=axis), _concat_lower,
+               doc="tf.concat: a select over the axis index (few inputs) or one kernel per input"))
 
 # ----------------------------------------------------------------------------------------------
 # split: consecutive pieces along one axis (tf.split, tf.unstack); each piece is a view

@@ -92,7 +92,8 @@ def reduction(name: str, reduce: str, ref: Any, allowed: tuple[DType, ...], keep
         axes = normalize_axes(node.attrs["axes"], args[0].ndim)
         return [_lower_reduction(ctx, args[0], axes, reduce, node.outputs[0].aval)]
 
-    return register(OpDef(name, REDUCE, infer, reference, lower, extra={"reduce": reduce}))
+    return register(OpDef(name, REDUCE, infer, reference, lower, doc=f"{reduce} over axes (keepdims)",
+                          extra={"reduce": reduce, "dtypes": allowed}))
 
 
 reduction("reduce_sum", "sum", lambda x, a, k: np.sum(x, axis=a, keepdims=k, dtype=_acc_dtype(x)), NUMERIC)
@@ -128,7 +129,8 @@ def arg_reduction(name: str, reduce: str, np_fn: Any) -> OpDef:
         ax = normalize_axis(node.attrs["axis"], args[0].ndim)
         return [_lower_reduction(ctx, args[0], (ax,), reduce, node.outputs[0].aval)]
 
-    return register(OpDef(name, REDUCE, infer, reference, lower, extra={"reduce": reduce}))
+    return register(OpDef(name, REDUCE, infer, reference, lower, doc=f"index of the first {reduce[3:]} along an axis",
+                          extra={"reduce": reduce}))
 
 
 arg_reduction("argmax", "argmax", np.argmax)
@@ -157,4 +159,5 @@ def _cumsum_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
                              a.get("exclusive", False), a.get("reverse", False))]
 
 
-register(OpDef("cumsum", REDUCE, _cumsum_infer, _cumsum_ref, _cumsum_lower, extra={"reduce": "sum"}))
+register(OpDef("cumsum", REDUCE, _cumsum_infer, _cumsum_ref, _cumsum_lower, doc="tf.cumsum (exclusive, reverse)",
+               extra={"reduce": "sum"}))

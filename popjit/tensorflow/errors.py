@@ -1,4 +1,38 @@
-"""``tf.errors``."""
+"""``tf.errors``: the exception classes and their error codes."""
 
-from popjit.errors import *  # noqa: F403
-from popjit.errors import OpError  # noqa: F401
+from popjit.errors import (  # noqa: F401
+    ABORTED,
+    ALREADY_EXISTS,
+    CANCELLED,
+    DATA_LOSS,
+    DEADLINE_EXCEEDED,
+    FAILED_PRECONDITION,
+    INTERNAL,
+    INVALID_ARGUMENT,
+    NOT_FOUND,
+    OK,
+    OUT_OF_RANGE,
+    PERMISSION_DENIED,
+    RESOURCE_EXHAUSTED,
+    UNAUTHENTICATED,
+    UNAVAILABLE,
+    UNIMPLEMENTED,
+    UNKNOWN,
+    AbortedError,
+    AlreadyExistsError,
+    CancelledError,
+    DataLossError,
+    DeadlineExceededError,
+    FailedPreconditionError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    OpError,
+    OutOfRangeError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    UnauthenticatedError,
+    UnavailableError,
+    UnimplementedError,
+    UnknownError,
+)
