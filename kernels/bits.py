@@ -11,6 +11,8 @@ compile to no instruction or one, so loops that use them still vectorise.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from popjit import config
@@ -47,25 +49,26 @@ else:
     from numba import types
     from numba.extending import intrinsic
 
-    @intrinsic
-    def f16_to_f32(typingctx, x):
-        """uint16 bit pattern of a half → float32."""
-        sig = types.float32(types.uint16)
+    def _unary_intrinsic(doc: str, sig: types.Signature, emit: Callable) -> Callable:
+        """An intrinsic of fixed signature whose body is ``emit(builder, value)``."""
 
-        def codegen(context, builder, signature, args):
-            return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+        def typer(typingctx, x):
+            def codegen(context, builder, signature, args):
+                return emit(builder, args[0])
 
-        return sig, codegen
+            return sig, codegen
 
-    @intrinsic
-    def f32_to_f16(typingctx, x):
-        """float32 → uint16 bit pattern of the nearest half."""
-        sig = types.uint16(types.float32)
+        typer.__doc__ = doc
+        return intrinsic(typer)
 
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
-
-        return sig, codegen
+    f16_to_f32 = _unary_intrinsic("uint16 bit pattern of a half → float32.", types.float32(types.uint16),
+                                  lambda b, v: b.fpext(b.bitcast(v, ir.HalfType()), ir.FloatType()))
+    f32_to_f16 = _unary_intrinsic("float32 → uint16 bit pattern of the nearest half.", types.uint16(types.float32),
+                                  lambda b, v: b.bitcast(b.fptrunc(v, ir.HalfType()), ir.IntType(16)))
+    f32_bits = _unary_intrinsic("The int32 bit pattern of a float32.", types.int32(types.float32),
+                                lambda b, v: b.bitcast(v, ir.IntType(32)))
+    f64_bits = _unary_intrinsic("The int64 bit pattern of a float64.", types.int64(types.float64),
+                                lambda b, v: b.bitcast(v, ir.IntType(64)))
 
     @intrinsic
     def f32_from_bits(typingctx, x):
@@ -81,25 +84,5 @@ else:
             elif v.type.width < 32:
                 v = builder.sext(v, ir.IntType(32)) if signature.args[0].signed else builder.zext(v, ir.IntType(32))
             return builder.bitcast(v, ir.FloatType())
-
-        return sig, codegen
-
-    @intrinsic
-    def f32_bits(typingctx, x):
-        """The int32 bit pattern of a float32."""
-        sig = types.int32(types.float32)
-
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], ir.IntType(32))
-
-        return sig, codegen
-
-    @intrinsic
-    def f64_bits(typingctx, x):
-        """The int64 bit pattern of a float64."""
-        sig = types.int64(types.float64)
-
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], ir.IntType(64))
 
         return sig, codegen

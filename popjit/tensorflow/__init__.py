@@ -6,25 +6,6 @@ public functions in ``__all__``). Under ``popjit run`` the module ``tensorflow``
 
 import builtins
 
-from popjit.dtypes import (  # noqa: F401
-    DType,
-    as_dtype,
-    double,
-    float16,
-    float32,
-    float64,
-    half,
-    int8,
-    int16,
-    int32,
-    int64,
-    uint8,
-    uint16,
-    uint32,
-)
-from popjit.dtypes import (
-    bool_ as bool,  # noqa: F401
-)
 from popjit.frontend.array_ops import *  # noqa: F403
 from popjit.frontend.array_ops import range_ as range  # noqa: F401
 from popjit.frontend.control_flow import cond, while_loop  # noqa: F401
@@ -36,6 +17,7 @@ from popjit.frontend.math_ops import *  # noqa: F403
 from popjit.frontend.tensor import Tensor, TensorShape, is_tensor  # noqa: F401
 from popjit.frontend.variables import Variable  # noqa: F401
 from popjit.tensorflow import autograph, bitwise, dtypes, errors, linalg, math, nest, nn, random  # noqa: F401
+from popjit.tensorflow.dtypes import *  # noqa: F403
 
 __version__ = "2.6.3"  # the TensorFlow version whose API popjit follows (Graphcore SDK 3.x)
 newaxis = None
