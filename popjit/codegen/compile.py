@@ -85,18 +85,26 @@ def codelet_module_source(r: Rendered) -> str:
 
 def load_codelet(r: Rendered) -> Any:
     """The compiled (lazily, on first call) function for a rendered codelet."""
-    suffix = "_py" if config.get("DISABLE_NUMBA") else ""
-    return getattr(_load(r.func + suffix, codelet_module_source(r)), r.func)
+    return getattr(_load(r.func + _codelet_suffix(), codelet_module_source(r)), r.func)
+
+
+def _codelet_suffix() -> str:
+    return "_py" if config.get("DISABLE_NUMBA") else ""
+
+
+def _engine_suffix(src: EngineSource) -> str:
+    """Module-name suffix: ``_py`` without Numba, ``_host`` for an engine run from Python."""
+    return "_py" if config.get("DISABLE_NUMBA") else ("" if src.native else "_host")
 
 
 def engine_module_source(src: EngineSource) -> str:
-    suffix = "_py" if config.get("DISABLE_NUMBA") else ""
-    imports = [f"from {PACKAGE}.{name}{suffix} import {name}" for name in sorted(src.codelets)]
+    imports = [f"from {PACKAGE}.{name}{_codelet_suffix()} import {name}" for name in sorted(src.codelets)]
     for module in sorted(set(src.library.values())):
         names = sorted(n for n, m in src.library.items() if m == module)
         imports.append(f"from {module} import {', '.join(names)}")
+    source = SERIAL + "\n" + src.source if src.native else src.source
     return "import numpy as np\nfrom popjit.kernels.jit import codelet\n" + "\n".join(imports) + \
-        f"\n\n\n{_decorate(SERIAL + chr(10) + src.source)}"
+        f"\n\n\n{_decorate(source)}"
 
 
 @functools.lru_cache(maxsize=4096)
@@ -108,8 +116,7 @@ def load_engine(src: EngineSource) -> Any:
     """The engine function for ``src`` (codelet modules are written first, so imports resolve)."""
     for r in src.codelets.values():
         load_codelet(r)
-    suffix = "_py" if config.get("DISABLE_NUMBA") else ""
-    return getattr(_engine_module(src.name + suffix, engine_module_source(src)), src.name)
+    return getattr(_engine_module(src.name + _engine_suffix(src), engine_module_source(src)), src.name)
 
 
 def compiled_signatures(fn: Any) -> int:

@@ -34,6 +34,7 @@ class EngineSource:
     ints: np.ndarray
     floats: np.ndarray
     library: dict[str, str] = field(default_factory=dict)  # hand-written codelets used: name -> module
+    native: bool = True  # compiled; False: one codelet call, run from Python (see `needs_native`)
 
 
 def storage_dtype(dtype: DType) -> np.dtype:
@@ -123,6 +124,13 @@ class _Emitter:
         raise TypeError(f"engine: unknown statement {s!r}")
 
 
+def needs_native(program: Program) -> bool:
+    """Whether the engine must be compiled. A program that is one codelet call gains nothing from a
+    compiled engine around it (the call is the whole run), and compiling one would double the
+    compiles of every eager op on the IPU; anything with loops, branches or several steps is native."""
+    return not (len(program.body) == 1 and isinstance(program.body[0], (Kernel, MatMul)))
+
+
 def render_engine(program: Program) -> EngineSource:
     """Render ``program`` as an engine function plus the codelets it calls."""
     em = _Emitter(program)
@@ -132,4 +140,4 @@ def render_engine(program: Program) -> EngineSource:
     name = "e_" + hashlib.sha256(text.encode()).hexdigest()[:20]
     text = text.replace("def engine(", f"def {name}(", 1)
     return EngineSource(text, name, em.codelets, em.arguments, np.array(em.ints, dtype=np.int64),
-                        np.array(em.floats, dtype=np.float64), em.library)
+                        np.array(em.floats, dtype=np.float64), em.library, needs_native(program))
