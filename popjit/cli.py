@@ -204,7 +204,7 @@ def print_timing(ns: dict[str, Any], first_s: float, call_s: float, exe: Any) ->
     err = float(np.max(np.abs(y - demo_loop_reference(ns["x"], ns["w"], steps))))
     _heading("result and timing")
     print(f"y[0, :4] = {np.array2string(y[0, :4], precision=5)}   max |error| vs NumPy: {err:.2g}")
-    print(f"first call   {first_s:.3f} s  (trace + compile + run; machine code is cached in {config.get('CACHE_DIR')})")
+    print(f"first call   {first_s:.3f} s  (trace + compile + run; machine code is cached in {cache_root()})")
     print(f"each call    {call_s * 1e3:.3f} ms on this CPU (best of 20), {call_s / steps * 1e6:.2f} us per loop step")
     sched = exe.schedule
     if hasattr(sched, "seconds"):
@@ -250,8 +250,10 @@ class CacheEntry:
 
 
 def cache_root() -> Path:
-    """The on-disk cache directory (``POPJIT_CACHE_DIR``)."""
-    return Path(config.get("CACHE_DIR")).expanduser()
+    """The on-disk cache directory (``--executable_cache_path`` in TF_POPLAR_FLAGS, else ``POPJIT_CACHE_DIR``)."""
+    from popjit.codegen import compile as codegen_compile
+
+    return codegen_compile.cache_root()
 
 
 def _current_generation() -> str:
@@ -278,7 +280,7 @@ def cmd_cache_list(args: argparse.Namespace) -> int:
     """``popjit cache list``."""
     root = cache_root()
     entries = cache_entries(root)
-    print(f"popjit code cache: {root} (POPJIT_CACHE_DIR)")
+    print(f"popjit code cache: {root}")
     if not entries:
         print("  empty")
         return 0

@@ -1,10 +1,10 @@
 """Random programs: the graph interpreter, the loop-IR interpreter and the compiled engine agree.
 
 Hypothesis draws a small program — a list of steps over a pool of values that all broadcast to
-one [m, n] shape (inputs [m, n], [1, n], [m, 1]): unary ops, broadcasting binary ops, keepdims reductions, reversed slices,
-optionally inside a counted loop — and the three levels must compute the same values. Fusion,
-dim collapsing, copy elision and code generation all get exercised on shapes and structures no
-hand-written test has.
+one [m, n] shape (inputs [m, n], [1, n], [m, 1]): unary ops, broadcasting binary ops, keepdims
+reductions, reversed slices, optionally inside a counted loop — and the three levels must compute
+the same values. Fusion, dim collapsing, copy elision and code generation all get exercised on
+shapes and structures no hand-written test has.
 """
 
 from __future__ import annotations

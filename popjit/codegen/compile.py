@@ -42,9 +42,17 @@ def _kernels_fingerprint() -> str:
     return h.hexdigest()[:12]
 
 
+def cache_root() -> Path:
+    """The persistent cache: ``TF_POPLAR_FLAGS=--executable_cache_path=DIR`` if given (as in Graphcore's
+    SDK, created if missing), else ``POPJIT_CACHE_DIR``."""
+    from popjit.runtime.flags import poplar_flags
+
+    return Path(poplar_flags().executable_cache_path or config.get("CACHE_DIR")).expanduser()
+
+
 def generated_dir() -> Path:
     """The directory holding generated modules (one per popjit/Numba version)."""
-    root = Path(config.get("CACHE_DIR")).expanduser() / f"gen-{_kernels_fingerprint()}"
+    root = cache_root() / f"gen-{_kernels_fingerprint()}"
     pkg = root / PACKAGE
     if not (pkg / "__init__.py").exists():
         pkg.mkdir(parents=True, exist_ok=True)

@@ -94,3 +94,35 @@ def test__debug_levels__dump_each_stage(tmp_path):
         assert f"=== popjit: {title} ===" in r.stderr, title
     quiet = _run_script(SCRIPT, POPJIT_DEBUG="1", POPJIT_CACHE_DIR=str(tmp_path))
     assert "=== popjit: compiled f ===" in quiet.stderr and "loop IR" not in quiet.stderr
+
+
+CACHE_SCRIPT = """
+    import numpy as np
+    import popjit.tensorflow as tf
+    from numba.core.registry import CPUDispatcher
+    import gc
+
+    @tf.function(jit_compile=True)
+    def f(x):
+        for _ in tf.range(4):
+            x = tf.tanh(x) * 2.0 + tf.reduce_sum(x)
+        return x
+
+    out = f(np.linspace(-1, 1, 16).astype(np.float32)).numpy()
+    compiled = [d for d in gc.get_objects() if isinstance(d, CPUDispatcher)
+                and d.py_func.__module__.startswith("popjit_gen") and d.stats.cache_misses]
+    print("compiled", len(compiled), "checksum", round(float(out.sum()), 4))
+"""
+
+
+def test__executable_cache_path__second_process_compiles_nothing(tmp_path):
+    cache = tmp_path / "not" / "there" / "yet"
+    flags = {"TF_POPLAR_FLAGS": f"--executable_cache_path={cache}", "POPJIT_CACHE_DIR": str(tmp_path / "unused")}
+    first = _run_script(CACHE_SCRIPT, **flags)
+    second = _run_script(CACHE_SCRIPT, **flags)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert first.stdout.split()[1] != "0", first.stdout  # the first process compiled its codelets
+    assert second.stdout.split()[1] == "0", second.stdout  # the second loaded every one from the cache
+    assert first.stdout.split()[3] == second.stdout.split()[3]  # same results
+    assert list(cache.rglob("e_*.py")) and list(cache.rglob("*.nbi")), "modules and machine code are in DIR"
+    assert not (tmp_path / "unused").exists()
