@@ -122,3 +122,43 @@ def test__errors__leave_variables_and_compiled_programs_intact():
     assert cache.stats["compilations"] == compiled, "the good program was recompiled"
     np.testing.assert_array_equal(v.numpy(), before + 1)
     assert float(out.numpy()) == pytest.approx(float(np.sum(before + 1)))
+
+
+def _tiny_ipu(fresh_ipu_system, model: bool, monkeypatch) -> None:
+    from popjit import ipu
+
+    if model:
+        monkeypatch.setenv("TF_POPLAR_FLAGS", "--use_ipu_model")
+    cfg = ipu.config.IPUConfig()
+    cfg.auto_select_ipus = 1
+    cfg.ipu_model.tiles_per_ipu = 8
+    cfg.configure_ipu_system()
+
+
+def test__out_of_memory__names_tile_bytes_and_the_users_call(fresh_ipu_system, monkeypatch):
+    from popjit import ipu
+
+    _tiny_ipu(fresh_ipu_system, False, monkeypatch)
+    f = tf.function(lambda x: tf.tanh(x) * 2.0, jit_compile=True)
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    with pytest.raises(errors.ResourceExhaustedError) as e, strategy.scope():
+        strategy.run(f, args=(np.ones((2048, 2048), np.float32),))  # 16 MiB on 8 tiles
+    msg = str(e.value)
+    assert msg.startswith("Out of memory on tile ")
+    assert "bytes used but tiles only have 638976 bytes of memory" in msg
+    assert "availableMemoryProportion" in msg  # Graphcore's advice
+    assert f'{THIS_FILE}", line' in msg and "16 MiB on 8 tiles" in msg
+
+
+def test__out_of_memory_under_ipu_model__warns_at_the_users_line_and_runs(fresh_ipu_system, monkeypatch):
+    from popjit import ipu
+    from popjit.schedule.schedule import OutOfMemoryWarning
+
+    _tiny_ipu(fresh_ipu_system, True, monkeypatch)
+    f = tf.function(lambda x: tf.tanh(x) * 2.0, jit_compile=True)
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    x = np.full((2048, 2048), 0.5, np.float32)
+    with pytest.warns(OutOfMemoryWarning, match="Out of memory on tile") as record, strategy.scope():
+        out = strategy.run(f, args=(x,))
+    assert record[0].filename.endswith(THIS_FILE)
+    np.testing.assert_allclose(out.numpy()[:2, :2], np.tanh(0.5) * 2.0, rtol=1e-6)

@@ -7,11 +7,15 @@ executable, as Poplar's executable cache does for a new ``tf.Graph`` in the same
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Any
 
+from popjit.errors import OpError
 from popjit.graph.ir import Graph
 from popjit.graph.verify import check_device_dtypes
+from popjit.schedule.schedule import OutOfMemoryWarning
 from popjit.schedule.target import Target
+from popjit.source import user_location, where
 
 _EXECUTABLES: dict[tuple[str, Target | None], Any] = {}
 _lock = threading.Lock()
@@ -29,10 +33,27 @@ def compile_cached(graph: Graph, target: Target | None) -> Any:
         if key in _EXECUTABLES:
             stats["hits"] += 1
             return _EXECUTABLES[key]
-    exe = compile_graph(graph, target)
+    exe = _compile_at_user_line(graph, target, compile_graph)
     with _lock:
         _EXECUTABLES.setdefault(key, exe)
         stats["compilations"] += 1
+    return exe
+
+
+def _compile_at_user_line(graph: Graph, target: Target | None, compile_graph: Any) -> Any:
+    """Compile; errors and out-of-memory warnings name the user's line that asked for the program."""
+    loc = user_location()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", OutOfMemoryWarning)
+        try:
+            exe = compile_graph(graph, target)
+        except OpError as e:
+            raise type(e)(f"{e.message}\n  while compiling '{graph.name}'{where(loc)}") from None
+    for w in caught:
+        if issubclass(w.category, OutOfMemoryWarning) and loc is not None:
+            warnings.warn_explicit(f"{w.message}\n  while compiling '{graph.name}'", w.category, loc.file, loc.line)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return exe
 
 
