@@ -168,6 +168,7 @@ class Function:
         self.retrace_reasons: list[str] = []
         self._converted: Callable | None = None
         self._py_signature: inspect.Signature | None = None
+        self._positional_arity = -2  # known once the signature is read (-1: not a plain positional one)
         functools.update_wrapper(self, python_function)
 
     # -- binding as a method -----------------------------------------------------------------
@@ -195,16 +196,29 @@ class Function:
 
     def _canonical(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """Bind a call to the Python signature, so ``f(x)``, ``f(x=x)`` and explicit defaults match."""
+        if self._py_signature is None:
+            try:
+                self._python_signature()
+            except (TypeError, ValueError):
+                return args, kwargs
+        if not kwargs and len(args) == self._positional_arity:
+            return args, kwargs  # every parameter given positionally: already canonical
         try:
-            if self._py_signature is None:
-                self._py_signature = inspect.signature(self.python_function)
-            bound = self._py_signature.bind(*args, **kwargs)
+            bound = self._python_signature().bind(*args, **kwargs)
         except (TypeError, ValueError) as e:
             if isinstance(e, TypeError) and "argument" in str(e):
                 raise TypeError(f"{self.name}(): {e}") from None
             return args, kwargs
         bound.apply_defaults()
         return tuple(bound.args), dict(bound.kwargs)
+
+    def _python_signature(self) -> inspect.Signature:
+        if self._py_signature is None:
+            self._py_signature = inspect.signature(self.python_function)
+            kinds = {p.kind for p in self._py_signature.parameters.values()}
+            plain = kinds <= {inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD}
+            self._positional_arity = len(self._py_signature.parameters) if plain else -1
+        return self._py_signature
 
     def _signature(self, args: tuple, kwargs: dict) -> tuple[Any, list[Any], tuple]:
         args, kwargs = self._canonical(args, kwargs)
