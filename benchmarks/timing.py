@@ -40,23 +40,30 @@ def best_of(call: Callable[[], Any], repeat: int = 7, warmup: int = 2, min_secon
 
 def interleaved_best(calls: Mapping[str, Callable[[], Any]], repeat: int = 7, warmup: int = 1,
                      min_seconds: float = 0.0) -> dict[str, Timing]:
-    """Time several calls round-robin (A, B, C, A, B, C, ...) so that each sees the same machine.
+    """Time several calls round-robin, rotating the order each round (A B C, B C A, C A B, ...), so
+    that each sees the same machine.
 
     On a busy machine a background process that comes and goes would otherwise favour whichever
-    framework happened to run while it slept. Each call gets at least ``repeat`` samples and, in
-    total, the rounds last at least ``min_seconds`` per call.
+    framework happened to run while it slept; and a framework whose thread pool keeps spinning after
+    its call (XLA's, OpenMP's) slows whichever call comes next, so every call must follow every
+    other equally often. Each call gets at least ``repeat`` samples and, in total, the rounds last at
+    least ``min_seconds`` per call.
     """
     for call in calls.values():
         for _ in range(warmup):
             call()
     samples: dict[str, list[float]] = {name: [] for name in calls}
+    order = list(calls.items())
     start = time.perf_counter()
+    rounds = 0
     while min(map(len, samples.values()), default=repeat) < repeat or \
             time.perf_counter() - start < min_seconds * len(calls):
-        for name, call in calls.items():
+        shift = rounds % max(1, len(order))
+        for name, call in order[shift:] + order[:shift]:
             t0 = time.perf_counter()
             call()
             samples[name].append(time.perf_counter() - t0)
+        rounds += 1
     return {name: Timing(min(s), statistics.median(s), len(s)) for name, s in samples.items()}
 
 
