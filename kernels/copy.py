@@ -11,7 +11,7 @@ import numpy as np
 from .jit import codelet
 
 
-@codelet(cache=True)
+@codelet
 def copy(dst: np.ndarray, src: np.ndarray) -> int:
     for i in range(src.size):
         dst[i] = src[i]

@@ -3,11 +3,17 @@
 Options that make Numba code vectorise (see DESIGN §4): ``error_model='numpy'`` (no Python
 zero-division checks), fastmath flags that keep NaN/Inf semantics (never ``nnan``/``ninf``),
 no bounds checks. ``POPJIT_DISABLE_NUMBA=1`` returns the plain Python function.
+
+Every codelet is compiled with Numba's on-disk cache, kept in popjit's cache directory under a name
+that hashes all of ``kernels/`` and the code generator (see :func:`popjit.codegen.compile.cache_root`),
+so machine code compiled once is loaded by later processes and never outlives an edit to the
+kernels it was built from (Numba itself only watches the function's own file).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from popjit import config
@@ -16,7 +22,23 @@ from popjit import config
 # ``floordiv`` by a broadcast scalar came out off by one), ``1 / sqrt(x)`` into the rsqrt estimate
 # (NaN at 0 and inf), and a float16 quotient into a half-precision reciprocal that overflows.
 FASTMATH = frozenset({"contract", "afn", "reassoc"})
-OPTIONS: dict[str, Any] = {"fastmath": set(FASTMATH), "error_model": "numpy", "boundscheck": False, "nogil": True}
+OPTIONS: dict[str, Any] = {"fastmath": set(FASTMATH), "error_model": "numpy", "boundscheck": False, "nogil": True,
+                           "cache": True}
+
+
+@contextlib.contextmanager
+def _machine_code_cache() -> Iterator[None]:
+    """Point Numba's cache at popjit's fingerprinted directory while a codelet is decorated."""
+    from numba.core import config as numba_config
+
+    from popjit.codegen.compile import machine_code_dir
+
+    saved = numba_config.CACHE_DIR
+    numba_config.CACHE_DIR = str(machine_code_dir())
+    try:
+        yield
+    finally:
+        numba_config.CACHE_DIR = saved
 
 
 def codelet(fn: Callable | None = None, **extra: Any) -> Any:
@@ -27,6 +49,10 @@ def codelet(fn: Callable | None = None, **extra: Any) -> Any:
             return f
         import numba
 
-        return numba.njit(**{**OPTIONS, **extra})(f)
+        options = {**OPTIONS, **extra}
+        if not options.get("cache"):
+            return numba.njit(**options)(f)
+        with _machine_code_cache():
+            return numba.njit(**options)(f)
 
     return wrap(fn) if fn is not None else wrap

@@ -1,7 +1,7 @@
 """Turning generated source into compiled Numba functions, cached in memory and on disk.
 
 Each codelet and each engine is written to its own module file under the cache directory,
-named by the hash of its source, and compiled with ``cache=True``: Numba then stores the machine
+named by the hash of its source, and compiled with Numba's on-disk cache: Numba then stores the machine
 code next to it, so a later process (or a program that differs only in sizes) loads it instead
 of compiling. The directory name also hashes popjit's kernel sources and the Numba version, so
 an upgrade never loads stale machine code.
@@ -50,6 +50,11 @@ def cache_root() -> Path:
     return Path(poplar_flags().executable_cache_path or config.get("CACHE_DIR")).expanduser()
 
 
+def machine_code_dir() -> Path:
+    """Where Numba keeps compiled machine code for popjit's codelets (this popjit/Numba version)."""
+    return cache_root() / f"gen-{_kernels_fingerprint()}" / "numba"
+
+
 def generated_dir() -> Path:
     """The directory holding generated modules (one per popjit/Numba version)."""
     root = cache_root() / f"gen-{_kernels_fingerprint()}"
@@ -83,8 +88,8 @@ def _load(name: str, source: str) -> ModuleType:
 def _decorate(source: str) -> str:
     """Fill the renderer's decorator placeholders (none when Numba is disabled)."""
     plain = config.get("DISABLE_NUMBA")
-    source = source.replace(PARALLEL + "\n", "" if plain else "@codelet(cache=True, parallel=True)\n")
-    return source.replace(SERIAL + "\n", "" if plain else "@codelet(cache=True)\n")
+    source = source.replace(PARALLEL + "\n", "" if plain else "@codelet(parallel=True)\n")
+    return source.replace(SERIAL + "\n", "" if plain else "@codelet\n")
 
 
 def codelet_module_source(r: Rendered) -> str:
