@@ -1,10 +1,10 @@
 """Turning generated source into compiled Numba functions, cached in memory and on disk.
 
-Each codelet and each engine is written to its own module file under the cache directory,
-named by the hash of its source, and compiled with Numba's on-disk cache: Numba then stores the machine
-code next to it, so a later process (or a program that differs only in sizes) loads it instead
-of compiling. The directory name also hashes popjit's kernel sources and the Numba version, so
-an upgrade never loads stale machine code.
+Each codelet and each engine is written to its own module file under the cache directory, named
+by the hash of its source, and compiled with Numba's on-disk cache in ``gen-<fingerprint>/numba``:
+a later process (or a program that differs only in sizes) loads the machine code instead of
+compiling. The fingerprint hashes popjit's kernel sources, the code generator and the Numba
+version, so an upgrade or an edit never loads stale machine code.
 """
 
 from __future__ import annotations
