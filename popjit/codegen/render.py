@@ -23,18 +23,14 @@ from popjit.loop.ir import (
     Buffer,
     Const,
     Expr,
-    IAtom,
-    IDiv,
     ILin,
-    IMax,
-    IMin,
-    IMod,
     IndexValue,
     IValue,
     IVar,
     Kernel,
     Load,
 )
+from popjit.loop.printer import format_index
 from popjit.ops import registry
 
 HEADER = """import numpy as np
@@ -128,33 +124,7 @@ class _Body:
 
     # index expressions -------------------------------------------------------------------------
     def index(self, ix: ILin) -> str:
-        parts = []
-        for atom, c in ix.terms:
-            a = self.atom(atom)
-            if c == 1:
-                parts.append(a)
-            elif c == -1:
-                parts.append(f"-{a}")
-            else:
-                parts.append(f"{a}*{self.params.int(c)}" if c > 0 else f"-{a}*{self.params.int(-c)}")
-        if ix.const or not parts:
-            parts.append(self.params.int(ix.const) if ix.const >= 0 else f"-{self.params.int(-ix.const)}")
-        return " + ".join(parts).replace("+ -", "- ")
-
-    def atom(self, a: IAtom) -> str:
-        if isinstance(a, IVar):
-            return a.name
-        if isinstance(a, IDiv):
-            return f"(({self.index(a.x)}) // {self.params.int(a.c)})"
-        if isinstance(a, IMod):
-            return f"(({self.index(a.x)}) % {self.params.int(a.c)})"
-        if isinstance(a, IMin):
-            return f"min({self.index(a.a)}, {self.index(a.b)})"
-        if isinstance(a, IMax):
-            return f"max({self.index(a.a)}, {self.index(a.b)})"
-        if isinstance(a, IValue):
-            return f"int({self.expr(a.expr)})"
-        raise TypeError(a)
+        return format_index(ix, self.params.int, self.expr)
 
     # value expressions -------------------------------------------------------------------------
     def expr(self, e: Expr) -> str:

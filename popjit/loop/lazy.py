@@ -10,6 +10,7 @@ change how indices map, so they fuse for free.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -37,10 +38,7 @@ class View:
 
     @property
     def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     def load(self, idx: Index) -> Expr:
         return Load(self.buffer, flat_index(idx, self.strides, self.offset))
@@ -71,10 +69,7 @@ class Lazy:
 
     @property
     def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def is_materialized(self) -> bool:

@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from popjit.loop.ir import (
     Apply,
     Const,
@@ -32,29 +34,31 @@ from popjit.loop.ir import (
 )
 
 
-def format_atom(a: IAtom) -> str:
-    if isinstance(a, IVar):
-        return a.name
-    if isinstance(a, IDiv):
-        return f"({format_index(a.x)} // {a.c})"
-    if isinstance(a, IMod):
-        return f"({format_index(a.x)} % {a.c})"
-    if isinstance(a, IMin):
-        return f"min({format_index(a.a)}, {format_index(a.b)})"
-    if isinstance(a, IMax):
-        return f"max({format_index(a.a)}, {format_index(a.b)})"
-    if isinstance(a, IValue):
-        return f"int({format_expr(a.expr)})"
-    raise TypeError(a)
+def format_index(ix: ILin, literal: Callable[[int], str] = str, value: Callable[[Expr], str] | None = None) -> str:
+    """An index expression as Python source. ``literal`` renders non-negative integers (the code
+    generator turns them into parameters), ``value`` renders a gathered value (default: as text)."""
+    value = value or format_expr
 
+    def atom(a: IAtom) -> str:
+        if isinstance(a, IVar):
+            return a.name
+        if isinstance(a, IDiv):
+            return f"(({format_index(a.x, literal, value)}) // {literal(a.c)})"
+        if isinstance(a, IMod):
+            return f"(({format_index(a.x, literal, value)}) % {literal(a.c)})"
+        if isinstance(a, (IMin, IMax)):
+            fn = "min" if isinstance(a, IMin) else "max"
+            return f"{fn}({format_index(a.a, literal, value)}, {format_index(a.b, literal, value)})"
+        if isinstance(a, IValue):
+            return f"int({value(a.expr)})"
+        raise TypeError(a)
 
-def format_index(ix: ILin) -> str:
     parts = []
     for a, c in ix.terms:
-        s = format_atom(a)
-        parts.append(s if c == 1 else f"{s}*{c}")
+        sign, mag = ("-" if c < 0 else ""), abs(c)
+        parts.append(f"{sign}{atom(a)}" + ("" if mag == 1 else f"*{literal(mag)}"))
     if ix.const or not parts:
-        parts.append(str(ix.const))
+        parts.append(("-" if ix.const < 0 else "") + literal(abs(ix.const)))
     return " + ".join(parts).replace("+ -", "- ")
 
 
