@@ -419,6 +419,14 @@ class Stmt:
     def children(self) -> list[list[Stmt]]:
         return []
 
+    def reads(self) -> set[Buffer]:
+        """Buffers this statement itself reads (not those of nested statements)."""
+        return set()
+
+    def writes(self) -> set[Buffer]:
+        """Buffers this statement itself writes."""
+        return set()
+
     def walk(self) -> Iterator[Stmt]:
         yield self
         for block in self.children():
@@ -530,12 +538,6 @@ class Repeat(Stmt):
     def children(self) -> list[list[Stmt]]:
         return [self.body]
 
-    def reads(self) -> set[Buffer]:
-        return set()
-
-    def writes(self) -> set[Buffer]:
-        return set()
-
 
 @dataclass(eq=False)
 class While(Stmt):
@@ -555,9 +557,6 @@ class While(Stmt):
     def reads(self) -> set[Buffer]:
         return {self.pred}
 
-    def writes(self) -> set[Buffer]:
-        return set()
-
 
 @dataclass(eq=False)
 class If(Stmt):
@@ -572,9 +571,6 @@ class If(Stmt):
 
     def reads(self) -> set[Buffer]:
         return {self.pred}
-
-    def writes(self) -> set[Buffer]:
-        return set()
 
 
 @dataclass(eq=False)

@@ -166,31 +166,22 @@ def collapse_dims(program: Program) -> Program:
 
 
 def _reads(s: Stmt) -> set[int]:
-    if isinstance(s, (Kernel,)) or hasattr(s, "reads"):
-        out = {b.uid for b in s.reads()}  # type: ignore[attr-defined]
-    else:
-        out = set()
-    for block in s.children():
-        for t in block:
-            out |= _reads(t)
-    return out
+    """Buffers ``s`` (or anything nested in it) reads."""
+    return {b.uid for t in s.walk() for b in t.reads()}
 
 
 def _writes(s: Stmt) -> set[int]:
-    out = {b.uid for b in s.writes()} if hasattr(s, "writes") else set()  # type: ignore[attr-defined]
-    for block in s.children():
-        for t in block:
-            out |= _writes(t)
-    return out
+    """Buffers ``s`` (or anything nested in it) writes."""
+    return {b.uid for t in s.walk() for b in t.writes()}
 
 
 def _all_reads(stmts: list[Stmt]) -> dict[int, int]:
+    """How many statements read each buffer."""
     counts: dict[int, int] = {}
     for s in stmts:
         for t in s.walk():
-            if hasattr(t, "reads"):
-                for b in t.reads():  # type: ignore[attr-defined]
-                    counts[b.uid] = counts.get(b.uid, 0) + 1
+            for b in t.reads():
+                counts[b.uid] = counts.get(b.uid, 0) + 1
     return counts
 
 
