@@ -79,27 +79,27 @@ def while_loop(cond: Callable[..., Any], body: Callable[..., Any], loop_vars: An
     return tuple(result) if isinstance(loop_vars, tuple) else result
 
 
-def _traced_while(trace: Trace, cond: Callable[..., Any], body: Callable[..., Any], tree: Any, init: list[Tensor],
-                  maximum_iterations: Any, trip_count: int | None) -> list[Tensor]:
-    loc = user_location(3)
-    init_vals = [trace.value_of(t) for t in init]
-    avals = [v.aval for v in init_vals]
-
-    def sym(params: Sequence[Value]) -> list[Any]:
-        return nest.unflatten(tree, [Tensor.symbolic(p, trace) for p in params])
-
-    cscope = trace.push("loop", [Value(a) for a in avals])
+def _trace_condition(trace: Trace, cond: Callable[..., Any], args: list[Any], avals: list[Aval], loc: Any) -> Scope:
+    """The condition region: its parameters are the carried values, its one result a scalar bool."""
+    scope = trace.push("loop", [Value(a) for a in avals])
     try:
-        pred = convert_to_tensor(cond(*sym(cscope.region.params)))
+        pred = convert_to_tensor(cond(*args(scope.region.params)))
         if not pred.dtype.is_bool or pred.ndim != 0:
             raise InvalidArgumentError(f"The loop condition must be a scalar bool tensor, not {pred.dtype.name}"
                                        f"{list(pred.shape.as_list())}{where(loc)}")
-        cscope.region.results = [trace.value_of(pred)]
+        scope.region.results = [trace.value_of(pred)]
     finally:
-        trace.pop(cscope)
-    bscope = trace.push("loop", [Value(a) for a in avals])
+        trace.pop(scope)
+    if scope.var_written:
+        raise InvalidArgumentError(f"A loop condition must not assign variables{where(loc)}.")
+    return scope
+
+
+def _trace_body(trace: Trace, body: Callable[..., Any], args: Any, tree: Any, avals: list[Aval], loc: Any) -> Scope:
+    """The body region: it must return values of the carried structure, shapes and dtypes."""
+    scope = trace.push("loop", [Value(a) for a in avals])
     try:
-        out = body(*sym(bscope.region.params))
+        out = body(*args(scope.region.params))
         out = list(out) if isinstance(out, (list, tuple)) else [out]
         out_leaves, out_tree = nest.flatten_with_tree(out)
         if repr(out_tree) != repr(tree):
@@ -112,11 +112,15 @@ def _traced_while(trace: Trace, cond: Callable[..., Any], body: Callable[..., An
                     "XLA requires loop-carried values to keep their shape and dtype; cast or reshape it inside "
                     "the body so it matches."
                 )
-        bscope.region.results = [trace.value_of(t) for t in new]
+        scope.region.results = [trace.value_of(t) for t in new]
     finally:
-        trace.pop(bscope)
-    if cscope.var_written:
-        raise InvalidArgumentError(f"A loop condition must not assign variables{where(loc)}.")
+        trace.pop(scope)
+    return scope
+
+
+def _thread_variables(trace: Trace, cscope: Scope, bscope: Scope, init_vals: list[Value]) -> list[int]:
+    """Variables the loop only reads are captured from outside; assigned ones become carried values
+    (appended to ``init_vals`` and to both regions). Returns the carried variables' ids."""
     carried, read_only = _loop_vars(trace, [cscope, bscope])
     for vid in read_only:
         outer = trace.read_var(trace.variables[vid])
@@ -127,16 +131,27 @@ def _traced_while(trace: Trace, cond: Callable[..., Any], body: Callable[..., An
         ref = trace.variables[vid]
         init_vals.append(trace.read_var(ref))
         for s in (cscope, bscope):
-            p = s.var_params.get(vid) or Value(ref.aval)
-            s.region.params.append(p)
+            s.region.params.append(s.var_params.get(vid) or Value(ref.aval))
         bscope.region.results.append(bscope.var_current.get(vid, bscope.region.params[-1]))
-    attrs: dict[str, Any] = {}
-    if maximum_iterations is not None:
-        attrs["max_iterations"] = int(maximum_iterations)
-    if trip_count is not None:
-        attrs["trip_count"] = int(trip_count)
-    out_avals = [v.aval for v in init_vals]
-    node = trace.add_node("while", init_vals, attrs, out_avals, [cscope.region, bscope.region], loc)
+    return carried
+
+
+def _traced_while(trace: Trace, cond: Callable[..., Any], body: Callable[..., Any], tree: Any, init: list[Tensor],
+                  maximum_iterations: Any, trip_count: int | None) -> list[Tensor]:
+    loc = user_location(3)
+    init_vals = [trace.value_of(t) for t in init]
+    avals = [v.aval for v in init_vals]
+
+    def args(params: Sequence[Value]) -> list[Any]:
+        return nest.unflatten(tree, [Tensor.symbolic(p, trace) for p in params])
+
+    cscope = _trace_condition(trace, cond, args, avals, loc)
+    bscope = _trace_body(trace, body, args, tree, avals, loc)
+    carried = _thread_variables(trace, cscope, bscope, init_vals)
+    attrs = {k: int(v) for k, v in (("max_iterations", maximum_iterations), ("trip_count", trip_count))
+             if v is not None}
+    node = trace.add_node("while", init_vals, attrs, [v.aval for v in init_vals], [cscope.region, bscope.region],
+                          loc)
     for k, vid in enumerate(carried):
         trace.write_var(trace.variables[vid], node.outputs[len(init) + k])
     return [Tensor.symbolic(v, trace) for v in node.outputs[: len(init)]]
