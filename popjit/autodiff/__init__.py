@@ -1,0 +1,1 @@
+"""Reverse-mode automatic differentiation: vjp rules applied over recorded ops (GradientTape)."""

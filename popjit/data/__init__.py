@@ -1,0 +1,1 @@
+"""``tf.data`` on popjit: host-side input pipelines that feed compiled programs."""

@@ -1,0 +1,3 @@
+"""``tf.keras``."""
+
+from popjit.tensorflow.keras import datasets  # noqa: F401
