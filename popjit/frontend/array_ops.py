@@ -25,6 +25,7 @@ from popjit.frontend.tracing import apply_op, current_trace
 from popjit.source import user_location, where
 
 __all__ = [
+    "identity",
     "broadcast_to",
     "concat",
     "expand_dims",
@@ -558,3 +559,8 @@ def strided_slice(input_: Any, begin: Any, end: Any, strides: Any = None, begin_
             lo = None if begin_mask & bit else int(np.ravel(b_known)[k])
             key.append(builtins.slice(lo, None if end_mask & bit else ends[k], st[k]))
     return getitem(x, tuple(key))
+
+
+def identity(input: Any, name: str | None = None) -> Tensor:
+    """The same value (a new tensor)."""
+    return apply_op("identity", [_t(input)])

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from popjit.errors import InvalidArgumentError, OpError
+from popjit.frontend import gradient_tape
 from popjit.graph.ir import Aval, Binding, Graph, Node, Region, Value, VarRef
 from popjit.ops import registry
 from popjit.source import SourceLoc, user_location
@@ -237,6 +238,8 @@ def apply_op(name: str, inputs: Sequence[Any], **attrs: Any) -> Any:
         outs = _trace_op(trace, op, inputs, attrs, out_avals)
     else:
         outs = _run_eager(op, inputs, attrs, out_avals)
+    if gradient_tape.recording():
+        gradient_tape.record(name, list(inputs), outs, attrs)
     return outs[0] if len(outs) == 1 and not op.extra.get("tuple_output") else tuple(outs)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from popjit import dtypes
 from popjit.frontend import device as device_mod
+from popjit.frontend import gradient_tape
 from popjit.frontend.tensor import Tensor, TensorShape
 from popjit.frontend.tracing import current_trace
 from popjit.graph.ir import Aval, VarRef
@@ -101,8 +102,11 @@ class Variable:
         """The current value: a snapshot when eager, the traced value inside a tf.function."""
         trace = current_trace()
         if trace is not None:
-            return Tensor.symbolic(trace.read_var(self._ref), trace)
-        return Tensor.eager(self._buffer.copy(), self._device)
+            value = Tensor.symbolic(trace.read_var(self._ref), trace)
+        else:
+            value = Tensor.eager(self._buffer.copy(), self._device)
+        gradient_tape.record_variable_read(self, value)
+        return value
 
     def value(self) -> Tensor:
         return self.read_value()

@@ -20,7 +20,7 @@ from popjit import dtypes
 from popjit.dtypes import DType
 from popjit.graph.ir import Aval
 from popjit.loop.lazy import elementwise
-from popjit.ops.registry import BINARY, ELEMENTWISE, UNARY, ElementCost, OpDef, register
+from popjit.ops.registry import BINARY, ELEMENTWISE, REGISTRY, UNARY, ElementCost, OpDef, register
 from popjit.ops.shapes import ANY, broadcast_shapes, check_dtype, same_dtype
 
 FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
@@ -345,3 +345,43 @@ def _truncdiv_ref(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 _TRUNCDIV = {"float": _truncdiv_f, "int": "km.truncdiv_i(np.int64({0}), np.int64({1}))"}
 binary("truncdiv", _truncdiv_ref, _TRUNCDIV, NUMERIC, _c((12, 2, False), (23, 4, False), (277, 1, False)),
        tf_name="TruncateDiv")  # est
+
+# ----------------------------------------------------------------------------------------------
+# Gradient rules: vjp(t, primals, outputs, cotangents) -> input cotangents (see popjit.autodiff).
+# `t` is the TensorFlow-named namespace; `t.unbroadcast` sums a cotangent back to an input's shape.
+
+
+def _binary_vjp(fx: Callable[..., Any] | None, fy: Callable[..., Any] | None) -> Callable[..., list[Any]]:
+    """The vjp of ``z = f(x, y)`` from ``dz/dx`` and ``dz/dy`` (``None``: no gradient there)."""
+
+    def vjp(t: Any, primals: list, outputs: list, cts: list, **attrs: Any) -> list[Any]:
+        (x, y), (z,), (ct,) = primals, outputs, cts
+        gx = None if fx is None else t.unbroadcast(fx(t, x, y, z, ct), t.shape_of(x))
+        gy = None if fy is None else t.unbroadcast(fy(t, x, y, z, ct), t.shape_of(y))
+        return [gx, gy]
+
+    return vjp
+
+
+def _unary_vjp(f: Callable[..., Any]) -> Callable[..., list[Any]]:
+    """The vjp of ``y = f(x)`` from ``ct * dy/dx`` written as ``f(t, x, y, ct)``."""
+
+    def vjp(t: Any, primals: list, outputs: list, cts: list, **attrs: Any) -> list[Any]:
+        return [f(t, primals[0], outputs[0], cts[0])]
+
+    return vjp
+
+
+VJPS: dict[str, Callable[..., list[Any]]] = {
+    "add": _binary_vjp(lambda t, x, y, z, g: g, lambda t, x, y, z, g: g),
+    "sub": _binary_vjp(lambda t, x, y, z, g: g, lambda t, x, y, z, g: -g),
+    "mul": _binary_vjp(lambda t, x, y, z, g: g * y, lambda t, x, y, z, g: g * x),
+    "div": _binary_vjp(lambda t, x, y, z, g: g / y, lambda t, x, y, z, g: -g * z / y),
+    "neg": _unary_vjp(lambda t, x, y, g: -g),
+    "exp": _unary_vjp(lambda t, x, y, g: g * y),
+    "tanh": _unary_vjp(lambda t, x, y, g: g * (1.0 - y * y)),
+    "cast": lambda t, primals, outputs, cts, dtype: [t.cast(cts[0], primals[0].dtype)
+                                                      if primals[0].dtype.is_floating else None],
+}
+for _name, _rule in VJPS.items():
+    REGISTRY[_name].vjp = _rule

@@ -16,7 +16,7 @@ from popjit.errors import InvalidArgumentError
 from popjit.graph.ir import Aval
 from popjit.loop.ir import Buffer, MatMul
 from popjit.loop.lazy import Lazy, broadcast_to
-from popjit.ops.registry import MATMUL, OpDef, register
+from popjit.ops.registry import MATMUL, REGISTRY, OpDef, register
 from popjit.ops.shapes import broadcast_shapes, check_dtype, same_dtype
 
 ALLOWED = (dtypes.float16, dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64)
@@ -98,3 +98,21 @@ def _lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
 
 
 register(OpDef("matmul", MATMUL, _infer, _reference, _lower, doc="tf.linalg.matmul"))
+
+
+def _matmul_vjp(t: Any, primals: list, outputs: list, cts: list, transpose_a: bool = False,
+                transpose_b: bool = False) -> list[Any]:
+    """dA = dC Bᵀ, dB = Aᵀ dC (with the transposes folded in), summed over broadcast batch axes."""
+    (a, b), (ct,) = primals, cts
+    if transpose_a:
+        ga = t.matmul(b, ct, transpose_a=transpose_b, transpose_b=True)
+    else:
+        ga = t.matmul(ct, b, transpose_b=not transpose_b)
+    if transpose_b:
+        gb = t.matmul(ct, a, transpose_a=True, transpose_b=transpose_a)
+    else:
+        gb = t.matmul(a, ct, transpose_a=not transpose_a)
+    return [t.unbroadcast(ga, t.shape_of(a)), t.unbroadcast(gb, t.shape_of(b))]
+
+
+REGISTRY["matmul"].vjp = _matmul_vjp

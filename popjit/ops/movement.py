@@ -15,7 +15,7 @@ from popjit.errors import InvalidArgumentError
 from popjit.graph.ir import Aval
 from popjit.loop.ir import ILin, as_index, flat_index, ivar, row_major_strides
 from popjit.loop.lazy import Lazy, broadcast_to
-from popjit.ops.registry import MOVEMENT, OpDef, register
+from popjit.ops.registry import MOVEMENT, REGISTRY, OpDef, register
 from popjit.ops.shapes import broadcast_shapes
 
 # ----------------------------------------------------------------------------------------------
@@ -434,3 +434,33 @@ def _pad_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
 
 
 register(OpDef("pad", MOVEMENT, _pad_infer, _pad_ref, _pad_lower, doc="tf.pad: CONSTANT, REFLECT, SYMMETRIC"))
+
+# ----------------------------------------------------------------------------------------------
+# identity and stop_gradient: the same value (stop_gradient blocks gradients)
+
+
+def _identity_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
+    return [args[0]]
+
+
+def _identity_infer(x: Aval) -> Aval:
+    return x
+
+
+register(OpDef("identity", MOVEMENT, _identity_infer, lambda x: x.copy(), _identity_lower, doc="tf.identity"))
+register(OpDef("stop_gradient", MOVEMENT, _identity_infer, lambda x: x.copy(), _identity_lower,
+               doc="tf.stop_gradient: the value, with no gradient through it",
+               vjp=lambda t, primals, outputs, cts: [None]))
+
+
+def _reshape_vjp(t: Any, primals: list, outputs: list, cts: list, shape: tuple[int, ...]) -> list[Any]:
+    return [t.reshape(cts[0], t.shape_of(primals[0]))]
+
+
+def _broadcast_vjp(t: Any, primals: list, outputs: list, cts: list, shape: tuple[int, ...]) -> list[Any]:
+    return [t.unbroadcast(cts[0], t.shape_of(primals[0]))]
+
+
+REGISTRY["reshape"].vjp = _reshape_vjp
+REGISTRY["broadcast_to"].vjp = _broadcast_vjp
+REGISTRY["identity"].vjp = lambda t, primals, outputs, cts: [cts[0]]

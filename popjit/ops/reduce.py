@@ -17,7 +17,7 @@ from popjit.errors import InvalidArgumentError
 from popjit.graph.ir import Aval
 from popjit.loop.ir import Kernel, Reduce, Store, flat_index, ivar, row_major_strides
 from popjit.loop.lazy import Lazy
-from popjit.ops.registry import REDUCE, OpDef, register
+from popjit.ops.registry import REDUCE, REGISTRY, OpDef, register
 from popjit.ops.shapes import check_dtype, normalize_axes, normalize_axis
 
 FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
@@ -161,3 +161,14 @@ def _cumsum_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
 
 register(OpDef("cumsum", REDUCE, _cumsum_infer, _cumsum_ref, _cumsum_lower, doc="tf.cumsum (exclusive, reverse)",
                extra={"reduce": "sum"}))
+
+
+def _reduce_sum_vjp(t: Any, primals: list, outputs: list, cts: list, axes: tuple[int, ...],
+                    keepdims: bool = False) -> list[Any]:
+    (x,), (ct,) = primals, cts
+    shape = t.shape_of(x)
+    kept = reduced_shape(shape, normalize_axes(axes, len(shape)), True)
+    return [t.broadcast_to(t.reshape(ct, kept), shape)]
+
+
+REGISTRY["reduce_sum"].vjp = _reduce_sum_vjp

@@ -13,6 +13,12 @@ from popjit.frontend.convert import constant, convert_to_tensor  # noqa: F401
 from popjit.frontend.device import device  # noqa: F401
 from popjit.frontend.function import TensorSpec, function  # noqa: F401
 from popjit.frontend.gather_ops import *  # noqa: F403
+from popjit.frontend.gradient_tape import (  # noqa: F401
+    GradientTape,
+    UnconnectedGradients,
+    custom_gradient,
+    stop_gradient,
+)
 from popjit.frontend.math_ops import *  # noqa: F403
 from popjit.frontend.tensor import Tensor, TensorShape, is_tensor  # noqa: F401
 from popjit.frontend.variables import Variable  # noqa: F401
