@@ -62,7 +62,8 @@ class _Emitter:
         self.names: dict[int, str] = {}
         # why: temporaries come from the host too; `np.empty` inside the engine would make Numba compile
         # its error-message path (string formatting), over a second of every cold compile.
-        args = [*program.args, *program.variables, *program.consts, *program.outs, *program.temps]
+        args = [*program.args, *program.variables, *program.consts, *program.outs, *program.stream_in,
+                *program.stream_out, *program.temps]
         for k, b in enumerate(args):
             self.names[b.uid] = f"B{k}"
         self.arguments = args

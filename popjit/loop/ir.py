@@ -584,6 +584,8 @@ class Program:
     variables: list[Buffer] = field(default_factory=list)
     consts: list[Buffer] = field(default_factory=list)
     temps: list[Buffer] = field(default_factory=list)
+    stream_in: list[Buffer] = field(default_factory=list)  # infeed elements for one execution, binding (infeed, id, k)
+    stream_out: list[Buffer] = field(default_factory=list)  # outfeed values, binding (outfeed, id, k)
     # Results that alias an input buffer or another result (filled by the host, not the engine).
     out_sources: dict[int, Buffer] = field(default_factory=dict)
 
@@ -592,7 +594,7 @@ class Program:
             yield from s.walk()
 
     def buffers(self) -> list[Buffer]:
-        return [*self.args, *self.variables, *self.consts, *self.outs, *self.temps]
+        return [*self.args, *self.variables, *self.consts, *self.outs, *self.stream_in, *self.stream_out, *self.temps]
 
     def as_text(self) -> str:
         from popjit.loop.printer import print_program

@@ -21,6 +21,7 @@ from popjit.graph.passes.fusion import FusionPlan, plan_fusion
 from popjit.loop.ir import Buffer, Copy, If, Kernel, Program, Repeat, Stmt, Store, While, flat_index, ivar
 from popjit.loop.ir import row_major_strides as rm
 from popjit.loop.lazy import Lazy
+from popjit.loop.streams import StreamLowering
 from popjit.ops import registry
 
 
@@ -35,6 +36,7 @@ class LowerCtx:
         self.env: dict[int, Lazy] = {}
         self._count = 0
         self._consts: dict[str, Buffer] = {}
+        self.stream = StreamLowering(self)
 
     # -- building blocks -----------------------------------------------------------------------
     def name(self, base: str, ops: Sequence[str]) -> str:
@@ -118,10 +120,12 @@ class LowerCtx:
                 self.lower_nodes(cond)
                 pred = self.materialize(self.env[cond.results[0].uid], into=self.new_temp((), dtypes.bool_, "pred"))
         body_block: list[Stmt] = []
+        self.stream.trips.append(None if trip is None else (trip if limit is None else min(trip, limit)))
         with self.into(body_block):
             self.bind(body.params, carried)
             self.lower_nodes(body)
             self._write_back([self.env[v.uid] for v in body.results], carried)
+        self.stream.trips.pop()
         if trip is not None:
             count = trip if limit is None else min(trip, limit)
             self.emit(Repeat(int(count), body_block))
@@ -150,11 +154,13 @@ class LowerCtx:
         pred = self.materialize(args[0], "pred")
         outs = [self.new_temp(v.shape, v.dtype, "branch") for v in node.outputs]
         blocks: list[list[Stmt]] = [[], []]
+        self.stream.trips.append(None)  # a branch may or may not run
         for region, block in zip(node.regions, blocks):
             with self.into(block):
                 self.lower_nodes(region)
                 for v, buf in zip(region.results, outs):
                     self.materialize(self.env[v.uid], into=buf)
+        self.stream.trips.pop()
         assert pred.view is not None
         self.emit(If(pred.view.buffer, blocks[0], blocks[1]))
         return [Lazy.of_buffer(b) for b in outs]
@@ -169,6 +175,7 @@ class LowerCtx:
             self.env[p.uid] = Lazy.of_buffer(buf, p.shape)
         self.lower_nodes(g.region)
         self._lower_results()
+        self.stream.finish()
         return self.program
 
     def _lower_results(self) -> None:

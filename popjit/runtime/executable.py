@@ -11,6 +11,7 @@ import numpy as np
 from popjit.codegen.engine import EngineSource, storage_dtype
 from popjit.graph.ir import Graph
 from popjit.loop.ir import Buffer, Program
+from popjit.runtime import streams
 
 
 def device_view(array: np.ndarray, buf: Buffer) -> np.ndarray:
@@ -39,14 +40,20 @@ class Executable:
     def run(self, args: Sequence[np.ndarray], variables: dict[int, np.ndarray]) -> list[np.ndarray]:
         """Run with positional ``args``; ``variables`` (id → device buffer) are updated in place."""
         p = self.program
+        fed = streams.take_inputs(p) if p.stream_in else {}  # first: a dry infeed fails before anything runs
         outs = [np.empty(b.shape, b.dtype.np) for b in p.outs]
+        drained = {b.uid: np.empty(b.shape, b.dtype.np) for b in p.stream_out}
         buffers = [device_view(np.asarray(args[b.binding], dtype=b.dtype.np), b) for b in p.args]
         buffers += [device_view(variables[b.binding], b) for b in p.variables]
         buffers += self._const_views
         buffers += [device_view(o, b) for o, b in zip(outs, p.outs)]
+        buffers += [device_view(fed[b.uid], b) for b in p.stream_in]
+        buffers += [device_view(drained[b.uid], b) for b in p.stream_out]
         buffers += [np.empty(b.size, storage_dtype(b.dtype)) for b in p.temps]
         self.engine(*buffers, self.engine_source.ints, self.engine_source.floats)
         self.runs += 1
+        if drained:
+            streams.deliver_outputs(p, drained)
         return outs
 
     def as_text(self, stage: str = "graph") -> str:
