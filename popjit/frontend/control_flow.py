@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from popjit.errors import InvalidArgumentError
-from popjit.frontend import nest
+from popjit.frontend import gradient_tape, nest
 from popjit.frontend.convert import convert_to_tensor
 from popjit.frontend.tensor import Tensor
 from popjit.frontend.tracing import Scope, Trace, current_trace
@@ -124,16 +124,38 @@ def _thread_variables(trace: Trace, cscope: Scope, bscope: Scope, init_vals: lis
     carried, read_only = _loop_vars(trace, [cscope, bscope])
     for vid in read_only:
         outer = trace.read_var(trace.variables[vid])
+        _record_read(trace, vid, outer)
         for s in (cscope, bscope):
             if vid in s.var_params:
                 replace_uses(s.region, s.var_params[vid], outer)
     for vid in carried:
         ref = trace.variables[vid]
         init_vals.append(trace.read_var(ref))
+        _record_read(trace, vid, init_vals[-1])
         for s in (cscope, bscope):
             s.region.params.append(s.var_params.get(vid) or Value(ref.aval))
         bscope.region.results.append(bscope.var_current.get(vid, bscope.region.params[-1]))
     return carried
+
+
+def _record_on_tapes(trace: Trace, node: Any) -> None:
+    """Record a control-flow node for gradients: its inputs are its operands plus every value its regions
+    capture (a weight used in a loop body gets its gradient through them)."""
+    if not gradient_tape.recording():
+        return
+    from popjit.frontend.replay import free_values
+
+    inputs = [Tensor.symbolic(v, trace) for v in [*node.inputs, *free_values(node.regions)]]
+    outputs = [Tensor.symbolic(v, trace) for v in node.outputs]
+    gradient_tape.record(node.op, inputs, outputs, {"node": node})
+
+
+def _record_read(trace: Trace, vid: int, value: Value) -> None:
+    from popjit.frontend.variables import VARIABLES
+
+    var = VARIABLES.get(vid)
+    if var is not None:
+        gradient_tape.record_variable_read(var, Tensor.symbolic(value, trace))
 
 
 def _traced_while(trace: Trace, cond: Callable[..., Any], body: Callable[..., Any], tree: Any, init: list[Tensor],
@@ -152,6 +174,7 @@ def _traced_while(trace: Trace, cond: Callable[..., Any], body: Callable[..., An
              if v is not None}
     node = trace.add_node("while", init_vals, attrs, [v.aval for v in init_vals], [cscope.region, bscope.region],
                           loc)
+    _record_on_tapes(trace, node)
     for k, vid in enumerate(carried):
         trace.write_var(trace.variables[vid], node.outputs[len(init) + k])
     return [Tensor.symbolic(v, trace) for v in node.outputs[: len(init)]]
@@ -220,12 +243,14 @@ def _traced_if(trace: Trace, pred: Tensor, ts: Scope, fs: Scope, tl: list[Any], 
     for vid in written:
         ref = trace.variables[vid]
         outer = trace.read_var(ref)
+        _record_read(trace, vid, outer)
         then_vals.append(ts.var_current.get(vid, outer))
         else_vals.append(fs.var_current.get(vid, outer))
     ts.region.results, fs.region.results = then_vals, else_vals
     out_avals = [v.aval for v in then_vals]
     node = trace.add_node("if", [trace.value_of(pred)], {"out_avals": tuple(out_avals)}, out_avals,
                           [ts.region, fs.region], loc)
+    _record_on_tapes(trace, node)
     for k, vid in enumerate(written):
         trace.write_var(trace.variables[vid], node.outputs[len(tensor_slots) + k])
     results = iter(node.outputs)

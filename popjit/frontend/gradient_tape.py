@@ -297,4 +297,19 @@ class _GradOps:
         return convert_to_tensor(np.asarray(value, dtype=x.dtype.np))
 
 
+    @staticmethod
+    def replay(region: Any, args: list[Tensor]) -> list[Tensor]:
+        """Apply a region's nodes again to ``args`` (recorded on the active tapes)."""
+        from popjit.frontend.replay import replay
+
+        return replay(region, args)
+
+    @staticmethod
+    def dynamic_update_slice(operand: Tensor, update: Tensor, begin: Tensor) -> Tensor:
+        """``operand`` with ``update`` written at the run-time position ``begin``."""
+        from popjit.frontend.tracing import apply_op
+
+        return apply_op("dynamic_update_slice", [operand, update, begin])
+
+
 GRAD_OPS = _GradOps()

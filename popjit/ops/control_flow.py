@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from popjit.autodiff.control import if_vjp, while_vjp
 from popjit.errors import InvalidArgumentError
 from popjit.graph.ir import Aval
 from popjit.ops.registry import CONTROL, OpDef, register
@@ -40,5 +41,6 @@ def _lower_if(ctx: Any, node: Any, args: list[Any]) -> list[Any]:
     return ctx.lower_if(node, args)
 
 
-register(OpDef("while", CONTROL, _while_infer, _interpreted, _lower_while, doc="loop with carried values"))
-register(OpDef("if", CONTROL, _if_infer, _interpreted, _lower_if, doc="two-way conditional"))
+register(OpDef("while", CONTROL, _while_infer, _interpreted, _lower_while, vjp=while_vjp,
+                  doc="loop with carried values"))
+register(OpDef("if", CONTROL, _if_infer, _interpreted, _lower_if, vjp=if_vjp, doc="two-way conditional"))

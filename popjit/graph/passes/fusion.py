@@ -27,6 +27,7 @@ class FusionPlan:
     """The set of value uids that are materialized, with the reason for each."""
 
     materialized: dict[int, str] = field(default_factory=dict)
+    uses: Counter = field(default_factory=Counter)  # value uid -> how many nodes (and region results) use it
 
     def __contains__(self, uid: int) -> bool:
         return uid in self.materialized
@@ -65,7 +66,7 @@ def _producers(region: Region, out: dict[int, Node]) -> None:
 
 def plan_fusion(graph: Graph) -> FusionPlan:
     plan = FusionPlan()
-    counts: Counter = Counter()
+    counts = plan.uses
     captured: set[int] = set()
     _uses(graph.region, counts, captured, {}, 0)
     producer: dict[int, Node] = {}

@@ -1,0 +1,76 @@
+"""``dynamic_update_slice``: write a block into a tensor at a computed position (XLA's op).
+
+``dynamic_update_slice(operand, update, begin)`` is ``operand`` with ``update`` written at
+``begin`` (each start clamped so the block fits, as XLA does). Lowering writes in place when the
+operand is a loop-carried value nothing else reads (a loop's accumulator: O(block) per step, not
+O(tensor)); otherwise it copies the operand first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from popjit.errors import InvalidArgumentError
+from popjit.graph.ir import Aval
+from popjit.loop.ir import Kernel, Store, as_index, flat_index, iclamp, ivalue, ivar, row_major_strides
+from popjit.loop.lazy import Lazy
+from popjit.ops.registry import MOVEMENT, OpDef, register
+from popjit.ops.shapes import same_dtype
+
+
+def _infer(operand: Aval, update: Aval, begin: Aval) -> Aval:
+    same_dtype("DynamicUpdateSlice", operand, update)
+    if not begin.dtype.is_integer or begin.shape != (operand.ndim,):
+        raise InvalidArgumentError(f"begin must be a 1-D integer tensor of size {operand.ndim}, got {begin} "
+                                   "[Op:DynamicUpdateSlice]")
+    if update.ndim != operand.ndim or any(u > o for u, o in zip(update.shape, operand.shape)):
+        raise InvalidArgumentError(f"update {list(update.shape)} does not fit in operand {list(operand.shape)} "
+                                   "[Op:DynamicUpdateSlice]")
+    return operand
+
+
+def starts(begin: Any, operand_shape: tuple[int, ...], update_shape: tuple[int, ...]) -> list[int]:
+    """The clamped start of each axis."""
+    return [int(np.clip(b, 0, d - n)) for b, d, n in zip(np.asarray(begin).reshape(-1), operand_shape, update_shape)]
+
+
+def _reference(operand: np.ndarray, update: np.ndarray, begin: np.ndarray) -> np.ndarray:
+    out = operand.copy()
+    at = starts(begin, operand.shape, update.shape)
+    out[tuple(slice(s, s + n) for s, n in zip(at, update.shape))] = update
+    return out
+
+
+def _in_place(ctx: Any, node: Any, operand: Lazy) -> bool:
+    """The operand's buffer may be overwritten: it is a loop-carried value this op alone uses."""
+    value = node.inputs[0]
+    return (value.producer is None and ctx.plan.uses[value.uid] == 1 and operand.view is not None
+            and operand.view.is_contiguous and operand.view.buffer.kind == "temp")
+
+
+def _lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
+    operand, update, begin = args
+    out = node.outputs[0].aval
+    target = operand if _in_place(ctx, node, operand) else ctx.materialize(
+        operand, "update", into=ctx.new_temp(out.shape, out.dtype, "update"))
+    assert target.view is not None
+    idx = tuple(ivar(f"i{k}") for k in range(update.ndim))
+    at = [iclamp(ivalue(begin.build((as_index(k),))), 0, d - n) if d != n else as_index(0)
+          for k, (d, n) in enumerate(zip(out.shape, update.shape))]
+    where = flat_index([i + s for i, s in zip(idx, at)], row_major_strides(out.shape))
+    ctx.emit(Kernel(ctx.name("dynamic_update_slice", update.ops), update.shape,
+                    [Store(target.view.buffer, where, update.build(idx))], None, (*update.ops, "dynamic_update_slice")))
+    return [Lazy.of_buffer(target.view.buffer, out.shape)]
+
+
+def _vjp(t: Any, primals: list, outputs: list, cts: list) -> list[Any]:
+    _, update, begin = primals
+    (ct,) = cts
+    size = t.shape_of(update)
+    return [t.dynamic_update_slice(ct, t.zeros_like(update), begin), t.slice(ct, begin, size), None]
+
+
+register(OpDef("dynamic_update_slice", MOVEMENT, _infer, _reference, _lower, vjp=_vjp,
+               doc="operand with update written at a computed begin (starts clamped, as XLA's DynamicUpdateSlice)"))
