@@ -1,4 +1,4 @@
-"""``tf.gather`` and ``tf.one_hot``: indexing by integer tensors.
+"""``tf.gather``, ``tf.one_hot`` and ``tf.math.unsorted_segment_sum``: indexing by integer tensors.
 
 Indices may be computed at run time (a loop counter, an argmax); out-of-range indices clamp
 into range, as XLA does on the IPU (see :mod:`popjit.ops.gather`).
@@ -17,7 +17,7 @@ from popjit.frontend.tensor import Tensor
 from popjit.frontend.tracing import apply_op
 from popjit.source import user_location, where
 
-__all__ = ["gather", "one_hot"]
+__all__ = ["gather", "one_hot", "unsorted_segment_sum"]
 
 
 def _static_scalar(x: Any, what: str, op: str) -> Any:
@@ -65,3 +65,19 @@ def one_hot(indices: Any, depth: Any, on_value: Any = None, off_value: Any = Non
     off = 0 if off_value is None else _static_scalar(convert_to_tensor(off_value, dtype=dtype), "off_value", "OneHot")
     ax = -1 if axis is None else int(_static_scalar(axis, "axis", "OneHot"))
     return apply_op("one_hot", [i], depth=n, on_value=on, off_value=off, axis=ax, dtype=dtype)
+
+
+def unsorted_segment_sum(data: Any, segment_ids: Any, num_segments: Any, name: str | None = None,
+                         batch_dims: int = 0) -> Tensor:
+    """``tf.math.unsorted_segment_sum``: ``out[s] = sum of data[i...]`` over the ``i`` with
+    ``segment_ids[i...] == s``, shape ``[num_segments] + data.shape[segment_ids.ndim:]``.
+
+    ``num_segments`` must be known while tracing. Ids outside ``[0, num_segments)`` are dropped, as
+    XLA does (TensorFlow's CPU kernel raises for ids past the end). ``batch_dims`` (popjit's
+    extension, the adjoint of ``tf.gather``'s) treats that many leading axes of ``segment_ids`` as
+    batch axes shared with ``data``.
+    """
+    d = convert_to_tensor(data)
+    i = _indices(segment_ids)
+    n = int(_static_scalar(num_segments, "num_segments", "UnsortedSegmentSum"))
+    return apply_op("unsorted_segment_sum", [d, i], num_segments=n, batch_dims=int(batch_dims))

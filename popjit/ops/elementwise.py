@@ -349,13 +349,36 @@ binary("truncdiv", _truncdiv_ref, _TRUNCDIV, NUMERIC, _c((12, 2, False), (23, 4,
 # ----------------------------------------------------------------------------------------------
 # Gradient rules: vjp(t, primals, outputs, cotangents) -> input cotangents (see popjit.autodiff).
 # `t` is the TensorFlow-named namespace; `t.unbroadcast` sums a cotangent back to an input's shape.
+#
+# Conventions follow TensorFlow's registered gradients (checked against TF 2.21):
+# - floor, ceil, round, floordiv, truncdiv: no gradient (None), as TF's rules return;
+# - sign: zeros; abs: sign(x) (0 at x = 0); relu/relu6: 0 at the kinks (x = 0, x = 6); elu: 1 at 0;
+# - maximum/minimum: the whole cotangent goes to x where x >= y (maximum) / x <= y (minimum), to y
+#   elsewhere, so ties go to x;
+# - pow: dx = g * y * x^(y-1) (NaN at x = y = 0, as TF); dy = g * z * log(x) where x > 0, else 0;
+# - mod (FloorMod): dx = g, dy = -g * floor(x / y);
+# - comparisons, logical and bitwise ops, is_nan/is_finite: None for every input (TF's
+#   NotDifferentiable; their outputs are bool or integer, which never carry a cotangent).
+
+
+def no_gradient(t: Any, primals: list, outputs: list, cts: list, **attrs: Any) -> list[Any]:
+    """The rule of an op nothing differentiates through (TensorFlow's ``NotDifferentiable``): None
+    for every input."""
+    return [None] * len(primals)
+
+
+def _is_float(x: Any) -> bool:
+    return bool(x.dtype.is_floating)
 
 
 def _binary_vjp(fx: Callable[..., Any] | None, fy: Callable[..., Any] | None) -> Callable[..., list[Any]]:
-    """The vjp of ``z = f(x, y)`` from ``dz/dx`` and ``dz/dy`` (``None``: no gradient there)."""
+    """The vjp of ``z = f(x, y)`` from ``ct * dz/dx`` and ``ct * dz/dy`` written as ``f(t, x, y, z, ct)``
+    (``None``: no gradient there); each is summed back over the axes broadcasting added."""
 
     def vjp(t: Any, primals: list, outputs: list, cts: list, **attrs: Any) -> list[Any]:
         (x, y), (z,), (ct,) = primals, outputs, cts
+        if not _is_float(z):
+            return [None, None]
         gx = None if fx is None else t.unbroadcast(fx(t, x, y, z, ct), t.shape_of(x))
         gy = None if fy is None else t.unbroadcast(fy(t, x, y, z, ct), t.shape_of(y))
         return [gx, gy]
@@ -367,21 +390,92 @@ def _unary_vjp(f: Callable[..., Any]) -> Callable[..., list[Any]]:
     """The vjp of ``y = f(x)`` from ``ct * dy/dx`` written as ``f(t, x, y, ct)``."""
 
     def vjp(t: Any, primals: list, outputs: list, cts: list, **attrs: Any) -> list[Any]:
-        return [f(t, primals[0], outputs[0], cts[0])]
+        x = primals[0]
+        return [f(t, x, outputs[0], cts[0], **attrs) if _is_float(x) else None]
 
     return vjp
 
+
+def _masked(t: Any, keep: Any, g: Any) -> Any:
+    """``g`` where ``keep``, else 0."""
+    return t.where(keep, g, t.zeros_like(g))
+
+
+def _gelu_grad(t: Any, x: Any, y: Any, g: Any, approximate: bool = False) -> Any:
+    """d gelu / dx: ``Phi(x) + x phi(x)`` (exact), or the derivative of the tanh approximation."""
+    if approximate:
+        c = float(np.sqrt(2.0 / np.pi))
+        th = t.tanh(c * (x + 0.044715 * x * x * x))
+        return g * (0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * (c * (1.0 + 3.0 * 0.044715 * x * x)))
+    cdf = 0.5 * (1.0 + t.erf(x * float(1.0 / np.sqrt(2.0))))
+    pdf = t.exp(-0.5 * x * x) * float(1.0 / np.sqrt(2.0 * np.pi))
+    return g * (cdf + x * pdf)
+
+
+def _pow_dy(t: Any, x: Any, y: Any, z: Any, g: Any) -> Any:
+    """``g * z * log(x)`` where ``x > 0``; 0 elsewhere (no false singularity at ``x = 0``)."""
+    positive = x > 0.0
+    log_x = t.where(positive, t.log(t.where(positive, x, t.ones_like(x))), t.zeros_like(x))
+    return g * z * log_x
+
+
+def _select_vjp(t: Any, primals: list, outputs: list, cts: list) -> list[Any]:
+    """``where(c, x, y)``: the cotangent goes to ``x`` where ``c``, to ``y`` elsewhere; ``c`` gets None."""
+    (c, x, y), (ct,) = primals, cts
+    if not _is_float(x):
+        return [None, None, None]
+    zero = t.zeros_like(ct)
+    return [None, t.unbroadcast(t.where(c, ct, zero), t.shape_of(x)),
+            t.unbroadcast(t.where(c, zero, ct), t.shape_of(y))]
+
+
+def _cast_vjp(t: Any, primals: list, outputs: list, cts: list, dtype: DType) -> list[Any]:
+    """A float-to-float cast passes the cotangent back in the input's dtype; other casts cut it."""
+    x = primals[0]
+    return [t.cast(cts[0], x.dtype) if _is_float(x) and dtype.is_floating else None]
+
+
+_SQRT_PI = float(2.0 / np.sqrt(np.pi))
 
 VJPS: dict[str, Callable[..., list[Any]]] = {
     "add": _binary_vjp(lambda t, x, y, z, g: g, lambda t, x, y, z, g: g),
     "sub": _binary_vjp(lambda t, x, y, z, g: g, lambda t, x, y, z, g: -g),
     "mul": _binary_vjp(lambda t, x, y, z, g: g * y, lambda t, x, y, z, g: g * x),
     "div": _binary_vjp(lambda t, x, y, z, g: g / y, lambda t, x, y, z, g: -g * z / y),
+    "pow": _binary_vjp(lambda t, x, y, z, g: g * y * t.pow(x, y - 1.0), _pow_dy),
+    "maximum": _binary_vjp(lambda t, x, y, z, g: _masked(t, x >= y, g), lambda t, x, y, z, g: _masked(t, x < y, g)),
+    "minimum": _binary_vjp(lambda t, x, y, z, g: _masked(t, x <= y, g), lambda t, x, y, z, g: _masked(t, x > y, g)),
+    "squared_difference": _binary_vjp(lambda t, x, y, z, g: 2.0 * g * (x - y),
+                                      lambda t, x, y, z, g: -2.0 * g * (x - y)),
+    "mod": _binary_vjp(lambda t, x, y, z, g: g, lambda t, x, y, z, g: -g * t.floordiv(x, y)),
     "neg": _unary_vjp(lambda t, x, y, g: -g),
+    "abs": _unary_vjp(lambda t, x, y, g: g * t.sign(x)),
     "exp": _unary_vjp(lambda t, x, y, g: g * y),
+    "expm1": _unary_vjp(lambda t, x, y, g: g * (y + 1.0)),
+    "log": _unary_vjp(lambda t, x, y, g: g / x),
+    "log1p": _unary_vjp(lambda t, x, y, g: g / (x + 1.0)),
+    "sqrt": _unary_vjp(lambda t, x, y, g: g * 0.5 / y),
+    "rsqrt": _unary_vjp(lambda t, x, y, g: g * -0.5 * y * y * y),
+    "square": _unary_vjp(lambda t, x, y, g: g * 2.0 * x),
+    "reciprocal": _unary_vjp(lambda t, x, y, g: -g * y * y),
     "tanh": _unary_vjp(lambda t, x, y, g: g * (1.0 - y * y)),
-    "cast": lambda t, primals, outputs, cts, dtype: [t.cast(cts[0], primals[0].dtype)
-                                                      if primals[0].dtype.is_floating else None],
+    "sigmoid": _unary_vjp(lambda t, x, y, g: g * y * (1.0 - y)),
+    "relu": _unary_vjp(lambda t, x, y, g: _masked(t, x > 0.0, g)),
+    "relu6": _unary_vjp(lambda t, x, y, g: _masked(t, (x > 0.0) & (x < 6.0), g)),
+    "elu": _unary_vjp(lambda t, x, y, g: t.where(x > 0.0, g, g * (y + 1.0))),
+    "gelu": _unary_vjp(_gelu_grad),
+    "softplus": _unary_vjp(lambda t, x, y, g: g * t.sigmoid(x)),
+    "sin": _unary_vjp(lambda t, x, y, g: g * t.cos(x)),
+    "cos": _unary_vjp(lambda t, x, y, g: -g * t.sin(x)),
+    "erf": _unary_vjp(lambda t, x, y, g: g * _SQRT_PI * t.exp(-(x * x))),
+    "sign": _unary_vjp(lambda t, x, y, g: t.zeros_like(x)),
+    "select": _select_vjp,
+    "cast": _cast_vjp,
 }
+NOT_DIFFERENTIABLE = ("floor", "ceil", "round", "floordiv", "truncdiv", "equal", "not_equal", "less", "less_equal",
+                      "greater", "greater_equal", "logical_and", "logical_or", "logical_not", "bitwise_and",
+                      "bitwise_or", "bitwise_xor", "invert", "is_nan", "is_finite")
 for _name, _rule in VJPS.items():
     REGISTRY[_name].vjp = _rule
+for _name in NOT_DIFFERENTIABLE:
+    REGISTRY[_name].vjp = no_gradient

@@ -21,7 +21,8 @@ from popjit.errors import InvalidArgumentError
 from popjit.graph.ir import Aval
 from popjit.loop.ir import Apply, Const, IndexValue, as_index, iclamp, ivalue
 from popjit.loop.lazy import Lazy
-from popjit.ops.registry import MOVEMENT, OpDef, register
+from popjit.ops.elementwise import no_gradient
+from popjit.ops.registry import MOVEMENT, REDUCE, REGISTRY, OpDef, register
 
 INDEX_DTYPES = (dtypes.int32, dtypes.int64, dtypes.int16, dtypes.int8, dtypes.uint8, dtypes.uint16, dtypes.uint32)
 
@@ -171,3 +172,156 @@ def _one_hot_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
 register(OpDef("one_hot", MOVEMENT, _one_hot_infer, _one_hot_ref, _one_hot_lower,
                doc="tf.one_hot: on_value where the index equals the position along axis, else off_value"))
 
+
+# ----------------------------------------------------------------------------------------------
+# unsorted_segment_sum(data, segment_ids; num_segments, batch_dims): the adjoint of gather
+#
+# out[b..., s, inner...] = sum of data[b..., n..., inner...] over the n with segment_ids[b..., n...] == s.
+# Ids outside [0, num_segments) are dropped (as XLA's scatter; TensorFlow's CPU kernel drops negative
+# ids and raises for ids past the end). ``batch_dims`` leading axes of ``segment_ids`` are batch axes
+# shared with ``data`` and the output (gather's ``batch_dims`` backwards; TF's op has none, so the
+# ``tf.math`` function always passes 0).
+#
+# Lowering: a reduction kernel over the output with the ids as its reduction domain,
+# ``out[s, j] = sum_n (ids[n] == s ? data[n, j] : 0)``. It fuses its producers and needs no new
+# loop-IR statement, but costs |out| x |ids per batch| steps, against |data| for a true scatter.
+
+SEGMENT_DTYPES = (dtypes.float16, dtypes.float32, dtypes.float64, dtypes.int8, dtypes.uint8, dtypes.int16,
+                  dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64)
+
+
+def _segment_sum_infer(data: Aval, segment_ids: Aval, num_segments: int, batch_dims: int = 0) -> Aval:
+    from popjit.ops.shapes import check_dtype
+
+    _check_indices(segment_ids.dtype, "segment_ids", "UnsortedSegmentSum")
+    check_dtype("unsorted_segment_sum", data.dtype, SEGMENT_DTYPES)
+    if int(num_segments) < 0:
+        raise InvalidArgumentError(f"num_segments must be non-negative, got {num_segments} [Op:UnsortedSegmentSum]")
+    if data.shape[:segment_ids.ndim] != segment_ids.shape:
+        raise InvalidArgumentError(f"data.shape = {list(data.shape)} does not start with segment_ids.shape = "
+                                   f"{list(segment_ids.shape)} [Op:UnsortedSegmentSum]")
+    if not 0 <= batch_dims <= segment_ids.ndim:
+        raise InvalidArgumentError(f"batch_dims ({batch_dims}) must be in [0, {segment_ids.ndim}] "
+                                   "[Op:UnsortedSegmentSum]")
+    b = batch_dims
+    return Aval(segment_ids.shape[:b] + (int(num_segments),) + data.shape[segment_ids.ndim:], data.dtype)
+
+
+def _segment_sum_ref(data: np.ndarray, segment_ids: np.ndarray, num_segments: int,
+                     batch_dims: int = 0) -> np.ndarray:
+    b, s = batch_dims, int(num_segments)
+    batch, inner = segment_ids.shape[:b], data.shape[segment_ids.ndim:]
+    nb = int(np.prod(batch, dtype=np.int64))
+    n = int(np.prod(segment_ids.shape[b:], dtype=np.int64))
+    acc = np.float32 if data.dtype == np.float16 else (np.int64 if data.dtype.kind in "iu" else data.dtype)
+    ids = segment_ids.astype(np.int64).reshape(nb, n)
+    valid = (ids >= 0) & (ids < s)
+    flat = (ids + np.arange(nb, dtype=np.int64)[:, None] * s)[valid]
+    out = np.zeros((nb * s, *inner), acc)
+    np.add.at(out, flat, data.astype(acc).reshape(nb * n, *inner)[valid.reshape(-1)])
+    with np.errstate(all="ignore"):
+        return out.reshape(batch + (s,) + inner).astype(data.dtype)
+
+
+def _segment_sum_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
+    from popjit.loop.ir import Kernel, Reduce, Store, flat_index, ivar, row_major_strides
+
+    data, ids = args
+    out = node.outputs[0].aval
+    b = node.attrs.get("batch_dims", 0)
+    buf = ctx.new_temp(out.shape, out.dtype, "segment_sum")
+    if out.size == 0:
+        return [Lazy.of_buffer(buf, out.shape)]
+    dvars = tuple(ivar(f"i{k}") for k in range(out.ndim))
+    rvars = tuple(ivar(f"r{k}") for k in range(ids.ndim - b))
+    which = Apply("cast", (ids.build(dvars[:b] + rvars),), dtypes.int64, (("dtype", dtypes.int64),))
+    hit = Apply("equal", (which, IndexValue(dvars[b], dtypes.int64)), dtypes.bool_)
+    value = data.build(dvars[:b] + rvars + dvars[b + 1:])
+    body = Apply("select", (hit, value, Const(0, out.dtype)), out.dtype)
+    store = Store(buf, flat_index(dvars, row_major_strides(out.shape)), body)
+    ops = (*data.ops, *ids.ops, "segment_sum")
+    ctx.emit(Kernel(ctx.name("segment_sum", ops), out.shape, [store], Reduce("sum", ids.shape[b:]), ops))
+    return [Lazy.of_buffer(buf, out.shape)]
+
+
+register(OpDef("unsorted_segment_sum", REDUCE, _segment_sum_infer, _segment_sum_ref, _segment_sum_lower,
+               doc="tf.math.unsorted_segment_sum (+ batch_dims): sums of data rows per segment id; ids out of "
+                   "range are dropped (as XLA)", extra={"dtypes": SEGMENT_DTYPES}))
+
+# ----------------------------------------------------------------------------------------------
+# Gradient rules (see popjit.autodiff)
+
+
+def _signed(t: Any, ids: Any) -> Any:
+    """Index values as a signed type that holds them all (int64 only for int64 and uint32 ids)."""
+    wide = dtypes.int64 if ids.dtype in (dtypes.int64, dtypes.uint32) else dtypes.int32
+    return t.cast(ids, wide)
+
+
+def _in_range(t: Any, ids: Any, lo: int, hi: int) -> Any:
+    """``lo <= ids < hi``."""
+    signed = _signed(t, ids)
+    return t.logical_and(signed >= lo, signed < hi)
+
+
+def _gather_vjp(t: Any, primals: list, outputs: list, cts: list, axis: int = 0, batch_dims: int = 0) -> list[Any]:
+    """Scatter-add of the cotangent into ``params``' shape at the (clamped, as the forward) indices.
+
+    The cotangent is ``P[:b] + P[b:a] + I[b:] + P[a+1:]``; the ``P[b:a]`` axes move behind the index
+    axes so that ``unsorted_segment_sum`` (batch_dims ``b``) can sum it into ``P[:b] + (D,) + P[b:a] +
+    P[a+1:]``, and move back.
+    """
+    (params, indices), (ct,) = primals, cts
+    if not params.dtype.is_floating:
+        return [None, None]
+    pshape, ishape = t.shape_of(params), t.shape_of(indices)
+    a = axis % len(pshape)
+    b = batch_dims % len(ishape) if batch_dims < 0 else batch_dims
+    ni, nouter = len(ishape) - b, a - b
+    dim = pshape[a]
+    ids = t.clip_by_value(_signed(t, indices), 0, max(dim - 1, 0))
+    rank = len(t.shape_of(ct))
+    lead = list(range(b))
+    order = lead + list(range(a, a + ni)) + list(range(b, a)) + list(range(a + ni, rank))
+    moved = t.transpose(ct, order) if order != list(range(rank)) else ct
+    summed = t.unsorted_segment_sum(moved, ids, dim, batch_dims=b)
+    back = lead + list(range(b + 1, b + 1 + nouter)) + [b] + list(range(b + 1 + nouter, len(pshape)))
+    grad = t.transpose(summed, back) if back != list(range(len(pshape))) else summed
+    return [grad, None]
+
+
+def _segment_sum_vjp(t: Any, primals: list, outputs: list, cts: list, num_segments: int,
+                     batch_dims: int = 0) -> list[Any]:
+    """Each data row gets its segment's cotangent (0 for dropped ids)."""
+    (data, ids), (ct,) = primals, cts
+    if not data.dtype.is_floating:
+        return [None, None]
+    if num_segments == 0:
+        return [t.zeros_like(data), None]
+    b, rank = batch_dims, len(t.shape_of(ids))
+    safe = t.clip_by_value(_signed(t, ids), 0, num_segments - 1)
+    picked = t.gather(ct, safe, axis=b, batch_dims=b)
+    inner = len(t.shape_of(data)) - rank
+    keep = t.reshape(_in_range(t, ids, 0, num_segments), t.shape_of(ids) + (1,) * inner)
+    return [t.where(keep, picked, t.zeros_like(picked)), None]
+
+
+def _dynamic_slice_vjp(t: Any, primals: list, outputs: list, cts: list, size: tuple[int, ...]) -> list[Any]:
+    """The cotangent placed at the (clamped) start, zeros elsewhere: padded by ``d - n`` zeros on both
+    sides of each axis, then sliced at ``(d - n) - start``, which puts element ``j - start`` at ``j``."""
+    (x, begin), (ct,) = primals, cts
+    if not x.dtype.is_floating:
+        return [None, None]
+    shape = t.shape_of(x)
+    if not shape:
+        return [ct, None]
+    room = [d - n for d, n in zip(shape, size)]
+    start = t.clip_by_value(t.cast(begin, dtypes.int32), 0, t.constant(np.asarray(room, np.int32)))
+    padded = t.pad(ct, [(r, r) for r in room])
+    return [t.slice(padded, t.constant(np.asarray(room, np.int32)) - start, list(shape)), None]
+
+
+REGISTRY["gather"].vjp = _gather_vjp
+REGISTRY["unsorted_segment_sum"].vjp = _segment_sum_vjp
+REGISTRY["dynamic_slice"].vjp = _dynamic_slice_vjp
+REGISTRY["one_hot"].vjp = no_gradient  # indices only: TF's NotDifferentiable

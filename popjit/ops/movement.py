@@ -453,6 +453,12 @@ register(OpDef("stop_gradient", MOVEMENT, _identity_infer, lambda x: x.copy(), _
                vjp=lambda t, primals, outputs, cts: [None]))
 
 
+# ----------------------------------------------------------------------------------------------
+# Gradient rules (see popjit.autodiff): each moves the cotangent back to where its elements came
+# from, with zeros where an input element was not used (slice) and sums where it was used several
+# times (tile, mirrored padding).
+
+
 def _reshape_vjp(t: Any, primals: list, outputs: list, cts: list, shape: tuple[int, ...]) -> list[Any]:
     return [t.reshape(cts[0], t.shape_of(primals[0]))]
 
@@ -461,6 +467,115 @@ def _broadcast_vjp(t: Any, primals: list, outputs: list, cts: list, shape: tuple
     return [t.unbroadcast(cts[0], t.shape_of(primals[0]))]
 
 
+def _transpose_vjp(t: Any, primals: list, outputs: list, cts: list, perm: tuple[int, ...]) -> list[Any]:
+    return [t.transpose(cts[0], [int(k) for k in np.argsort(perm)])]
+
+
+def _dilate(t: Any, g: Any, strides: Sequence[int]) -> Any:
+    """``g`` with ``strides[k] - 1`` zeros between neighbours along each axis ``k`` (none after the last)."""
+    shape = t.shape_of(g)
+    if all(s == 1 for s in strides):
+        return g
+    split, pads = [], []
+    for n, s in zip(shape, strides):
+        split.append(n)
+        pads.append((0, 0))
+        if s > 1:
+            split.append(1)
+            pads.append((0, s - 1))
+    spread = t.pad(t.reshape(g, split), pads)
+    full = t.reshape(spread, [n * s for n, s in zip(shape, strides)])
+    return t.slice(full, [0] * len(shape), [(n - 1) * s + 1 for n, s in zip(shape, strides)])
+
+
+def _slice_vjp(t: Any, primals: list, outputs: list, cts: list, begin: tuple[int, ...], size: tuple[int, ...],
+               step: tuple[int, ...]) -> list[Any]:
+    """The cotangent placed back at the sliced positions, zeros elsewhere: axes walked backwards are
+    reversed, strided axes get zeros between elements, then everything is padded into place."""
+    (x,), (g,) = primals, cts
+    shape = t.shape_of(x)
+    if not shape:
+        return [g]
+    if 0 in size:
+        return [t.zeros_like(x)]
+    backwards = [k for k, s in enumerate(step) if s < 0]
+    if backwards:
+        g = t.reverse(g, backwards)
+    lows = [b + (n - 1) * s if s < 0 else b for b, n, s in zip(begin, size, step)]
+    g = _dilate(t, g, [abs(s) for s in step])
+    spans = t.shape_of(g)
+    return [t.pad(g, [(lo, d - lo - n) for lo, d, n in zip(lows, shape, spans)])]
+
+
+def _concat_vjp(t: Any, primals: list, outputs: list, cts: list, axis: int) -> list[Any]:
+    """The pieces of the cotangent along the concatenation axis."""
+    ax = axis % len(t.shape_of(primals[0]))
+    return list(t.split(cts[0], [t.shape_of(x)[ax] for x in primals], axis=ax))
+
+
+def _split_vjp(t: Any, primals: list, outputs: list, cts: list, axis: int, sizes: tuple[int, ...]) -> list[Any]:
+    """The pieces' cotangents joined back (zeros for the pieces nothing depends on)."""
+    pieces = [c if c is not None else t.zeros_like(o) for c, o in zip(cts, outputs)]
+    return [t.concat(pieces, axis=axis % len(t.shape_of(primals[0])))]
+
+
+def _tile_vjp(t: Any, primals: list, outputs: list, cts: list, multiples: tuple[int, ...]) -> list[Any]:
+    """Each input element's copies summed: the cotangent viewed as ``[m0, d0, m1, d1, ...]`` and summed
+    over the ``m`` axes."""
+    (x,), (g,) = primals, cts
+    shape = t.shape_of(x)
+    split, axes = [], []
+    for d, m in zip(shape, multiples):
+        if m != 1:
+            axes.append(len(split))
+            split.append(int(m))
+        split.append(d)
+    if not axes:
+        return [g]
+    return [t.reshape(t.reduce_sum(t.reshape(g, split), axes), shape)]
+
+
+def _unpad_axis(t: Any, g: Any, k: int, lo: int, hi: int, d: int, mode: str) -> Any:
+    """The cotangent of one axis' padding: the centre, plus (REFLECT, SYMMETRIC) the padded borders
+    mirrored back onto the elements they copy."""
+    n = t.shape_of(g)[k]
+    rank = len(t.shape_of(g))
+
+    def part(start: int, count: int) -> Any:
+        begin = [start if j == k else 0 for j in range(rank)]
+        size = [count if j == k else e for j, e in enumerate(t.shape_of(g))]
+        return t.slice(g, begin, size)
+
+    def place(piece: Any, before: int, after: int) -> Any:
+        return t.pad(t.reverse(piece, [k]), [(before, after) if j == k else (0, 0) for j in range(rank)])
+
+    out = part(lo, d)
+    if mode == "CONSTANT":
+        return out
+    shift = 1 if mode == "REFLECT" else 0  # REFLECT skips the edge element, SYMMETRIC repeats it
+    if lo:
+        out = out + place(part(0, lo), shift, d - shift - lo)
+    if hi:
+        out = out + place(part(n - hi, hi), d - shift - hi, shift)
+    return out
+
+
+def _pad_vjp(t: Any, primals: list, outputs: list, cts: list, paddings: tuple[tuple[int, int], ...],
+             mode: str = "CONSTANT", constant_value: Any = 0) -> list[Any]:
+    """Undo the padding one axis at a time (the padding is separable); the constant gets nothing."""
+    (x,), (g,) = primals, cts
+    for k, ((lo, hi), d) in enumerate(zip(paddings, t.shape_of(x))):
+        if lo or hi:
+            g = _unpad_axis(t, g, k, int(lo), int(hi), d, mode)
+    return [g]
+
+
 REGISTRY["reshape"].vjp = _reshape_vjp
 REGISTRY["broadcast_to"].vjp = _broadcast_vjp
 REGISTRY["identity"].vjp = lambda t, primals, outputs, cts: [cts[0]]
+REGISTRY["transpose"].vjp = _transpose_vjp
+REGISTRY["slice"].vjp = _slice_vjp
+REGISTRY["concat"].vjp = _concat_vjp
+REGISTRY["split"].vjp = _split_vjp
+REGISTRY["tile"].vjp = _tile_vjp
+REGISTRY["pad"].vjp = _pad_vjp

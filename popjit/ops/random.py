@@ -26,7 +26,8 @@ from popjit.errors import InvalidArgumentError
 from popjit.graph.ir import Aval
 from popjit.loop.ir import Apply, Const, IndexValue, as_index, flat_index, row_major_strides
 from popjit.loop.lazy import Lazy
-from popjit.ops.registry import OTHER, SOURCE, ElementCost, OpDef, register
+from popjit.ops.elementwise import no_gradient
+from popjit.ops.registry import OTHER, REGISTRY, SOURCE, ElementCost, OpDef, register
 
 _M32 = np.uint64(0xFFFFFFFF)
 _MUL = (np.uint64(0xD2511F53), np.uint64(0xCD9E8D57))
@@ -208,3 +209,8 @@ register(OpDef("random_uniform", SOURCE, _uniform_infer, _uniform_ref,
 register(OpDef("random_normal", SOURCE, _normal_infer, _normal_ref,
                _lower_random(lambda a: "truncated" if a.get("truncated") else "normal"), cost=_PHILOX_COST,
                doc="standard normal (Box-Muller; truncated to |x| <= 2 by retrying) from Philox at (seed, counter)"))
+
+
+# Gradient rules: no gradient flows through randomness (TF's NotDifferentiable); the inputs are keys and counters.
+for _name in ('philox', 'random_uniform', 'random_normal'):
+    REGISTRY[_name].vjp = no_gradient

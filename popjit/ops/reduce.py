@@ -17,6 +17,7 @@ from popjit.errors import InvalidArgumentError
 from popjit.graph.ir import Aval
 from popjit.loop.ir import Kernel, Reduce, Store, flat_index, ivar, row_major_strides
 from popjit.loop.lazy import Lazy
+from popjit.ops.elementwise import no_gradient
 from popjit.ops.registry import REDUCE, REGISTRY, OpDef, register
 from popjit.ops.shapes import check_dtype, normalize_axes, normalize_axis
 
@@ -163,12 +164,69 @@ register(OpDef("cumsum", REDUCE, _cumsum_infer, _cumsum_ref, _cumsum_lower, doc=
                extra={"reduce": "sum"}))
 
 
+# ----------------------------------------------------------------------------------------------
+# Gradient rules (see popjit.autodiff). reduce_mean is reduce_sum and a division, so it needs none.
+
+
+def _kept(t: Any, x: Any, axes: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``x``'s shape and the shape of its reduction with the reduced axes kept as size 1."""
+    shape = t.shape_of(x)
+    return shape, reduced_shape(shape, normalize_axes(axes, len(shape)), True)
+
+
 def _reduce_sum_vjp(t: Any, primals: list, outputs: list, cts: list, axes: tuple[int, ...],
                     keepdims: bool = False) -> list[Any]:
+    """Every element of a reduced group gets the group's cotangent."""
     (x,), (ct,) = primals, cts
-    shape = t.shape_of(x)
-    kept = reduced_shape(shape, normalize_axes(axes, len(shape)), True)
+    if not x.dtype.is_floating:
+        return [None]
+    shape, kept = _kept(t, x, axes)
     return [t.broadcast_to(t.reshape(ct, kept), shape)]
 
 
+def _reduce_prod_vjp(t: Any, primals: list, outputs: list, cts: list, axes: tuple[int, ...],
+                     keepdims: bool = False) -> list[Any]:
+    """d prod / d x_i = the product of the other elements of the group, with zeros handled exactly:
+    no zero in the group gives ``prod / x_i``; one zero gives the product of the rest at the zero and 0
+    elsewhere; two or more give 0 everywhere (as TensorFlow's rule)."""
+    (x,), (ct,) = primals, cts
+    if not x.dtype.is_floating:
+        return [None]
+    shape, kept = _kept(t, x, axes)
+    ax = normalize_axes(axes, len(shape))
+    is_zero = t.equal(x, 0.0)
+    zeros = t.reduce_sum(t.cast(is_zero, x.dtype), ax, keepdims=True)
+    rest = t.reduce_prod(t.where(is_zero, t.ones_like(x), x), ax, keepdims=True)
+    safe_x = t.where(is_zero, t.ones_like(x), x)
+    none_zero = t.where(t.equal(zeros, 0.0), rest / safe_x, t.zeros_like(x))
+    one_zero = t.where(t.equal(zeros, 1.0), t.broadcast_to(rest, shape), t.zeros_like(x))
+    return [t.reshape(ct, kept) * t.where(is_zero, one_zero, none_zero)]
+
+
+def _extremum_vjp(t: Any, primals: list, outputs: list, cts: list, axes: tuple[int, ...],
+                  keepdims: bool = False) -> list[Any]:
+    """reduce_max/min: the cotangent is split equally between the elements equal to the extreme (TF)."""
+    (x,), (y,), (ct,) = primals, outputs, cts
+    if not x.dtype.is_floating:
+        return [None]
+    _, kept = _kept(t, x, axes)
+    hit = t.cast(t.equal(x, t.reshape(y, kept)), x.dtype)
+    count = t.reduce_sum(hit, normalize_axes(axes, x.ndim), keepdims=True)
+    return [hit * (t.reshape(ct, kept) / count)]
+
+
+def _cumsum_vjp(t: Any, primals: list, outputs: list, cts: list, axis: int, exclusive: bool = False,
+                reverse: bool = False) -> list[Any]:
+    """The adjoint of a cumulative sum is the cumulative sum in the other direction."""
+    if not primals[0].dtype.is_floating:
+        return [None]
+    return [t.cumsum(cts[0], axis=axis, exclusive=exclusive, reverse=not reverse)]
+
+
 REGISTRY["reduce_sum"].vjp = _reduce_sum_vjp
+REGISTRY["reduce_prod"].vjp = _reduce_prod_vjp
+REGISTRY["reduce_max"].vjp = _extremum_vjp
+REGISTRY["reduce_min"].vjp = _extremum_vjp
+REGISTRY["cumsum"].vjp = _cumsum_vjp
+for _name in ("argmax", "argmin", "reduce_any", "reduce_all"):
+    REGISTRY[_name].vjp = no_gradient  # TF's NotDifferentiable

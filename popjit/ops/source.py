@@ -11,7 +11,8 @@ from popjit.dtypes import DType
 from popjit.graph.ir import Aval
 from popjit.loop.ir import Apply, Const, IndexValue
 from popjit.loop.lazy import Lazy
-from popjit.ops.registry import SOURCE, ElementCost, OpDef, register
+from popjit.ops.elementwise import no_gradient
+from popjit.ops.registry import REGISTRY, SOURCE, ElementCost, OpDef, register
 
 
 def _constant_infer(value: np.ndarray) -> Aval:
@@ -92,3 +93,8 @@ def _lower_eye(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
 
 register(OpDef("eye", SOURCE, _eye_infer, _eye_ref, _lower_eye, cost=ElementCost(),
                doc="tf.eye: ones on the diagonal of the last two axes (batched)"))
+
+
+# Gradient rules: sources have no inputs to differentiate.
+for _name in ('constant', 'iota', 'eye'):
+    REGISTRY[_name].vjp = no_gradient

@@ -154,3 +154,40 @@ def test__dynamic_slice__clamps_start_like_xla(data: st.DataObject) -> None:
     expected = x[tuple(slice(s, s + n) for s, n in zip(start, size))]
     got = tf.function(lambda t, b: tf.slice(t, b, size), jit_compile=True)(x, begin).numpy()
     np.testing.assert_array_equal(got, expected)
+
+
+# -- unsorted_segment_sum: the adjoint of gather ---------------------------------------------------
+
+
+@st.composite
+def segment_cases(draw: Any) -> tuple[np.ndarray, np.ndarray, int]:
+    """(data, segment_ids, num_segments) with some ids out of range, which are dropped."""
+    ishape = tuple(draw(st.integers(1, 4)) for _ in range(draw(st.integers(1, 2))))
+    inner = tuple(draw(st.integers(1, 3)) for _ in range(draw(st.integers(0, 2))))
+    dt = draw(st.sampled_from(["float32", "int32"]))
+    data = draw(arrays(dt, ishape + inner, lambda d: finite_values(d, 50)))
+    num_segments = draw(st.integers(0, 5))
+    ids = draw(arrays("int32", ishape, lambda _: st.integers(-1, num_segments)))
+    return data, ids, num_segments
+
+
+def numpy_segment_sum(data: np.ndarray, ids: np.ndarray, num_segments: int) -> np.ndarray:
+    """A loop over the id positions, adding each data row into its segment."""
+    rows = data.reshape(ids.size, *data.shape[ids.ndim:])
+    out = np.zeros((num_segments, *data.shape[ids.ndim:]), np.float64)
+    for row, s in zip(rows, ids.reshape(-1), strict=True):
+        if 0 <= s < num_segments:
+            out[s] += row
+    return out.astype(data.dtype)
+
+
+@given(case=segment_cases())
+def test__unsorted_segment_sum__matches_numpy_dropping_out_of_range_ids(case: tuple) -> None:
+    data, ids, n = case
+    check_paths(run_all(lambda d, i: tf.math.unsorted_segment_sum(d, i, n), data, ids),
+                numpy_segment_sum(data, ids, n), exact=data.dtype.kind == "i", what=f"segment_sum into {n}")
+
+
+def test__unsorted_segment_sum__ids_must_prefix_data_shape() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"does not start with segment_ids\.shape"):
+        tf.math.unsorted_segment_sum(tf.zeros([3, 2]), tf.constant([0, 1]), 2)
