@@ -11,3 +11,8 @@ from popjit.frontend.math_ops import (  # noqa: F401
     softplus,
     tanh,
 )
+from popjit.frontend.nn_ops import (  # noqa: F401
+    sigmoid_cross_entropy_with_logits,
+    softmax_cross_entropy_with_logits,
+    sparse_softmax_cross_entropy_with_logits,
+)
