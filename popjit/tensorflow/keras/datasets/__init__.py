@@ -1,1 +1,6 @@
-"""``tf.keras.datasets``."""
+"""``tf.keras.datasets``: loaders that read the standard Keras cache files (nothing is downloaded).
+
+Also reachable as ``tensorflow.python.keras.datasets`` under ``popjit run``.
+"""
+
+from popjit.tensorflow.keras.datasets import fashion_mnist, mnist  # noqa: F401
