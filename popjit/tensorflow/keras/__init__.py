@@ -1,3 +1,24 @@
-"""``tf.keras``."""
+"""``tf.keras``: Keras's namespace over :mod:`popjit.keras`."""
 
-from popjit.tensorflow.keras import datasets  # noqa: F401
+from popjit.keras.keras_tensor import Input  # noqa: F401
+from popjit.keras.models import Model, Sequential  # noqa: F401
+from popjit.tensorflow.keras import (  # noqa: F401
+    activations,
+    backend,
+    datasets,
+    initializers,
+    layers,
+    losses,
+    models,
+    optimizers,
+)
+
+__version__ = "2.6.0"
+
+
+def __getattr__(name: str) -> None:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from popjit.errors import missing_api
+
+    raise missing_api("tf.keras", name)

@@ -1,0 +1,249 @@
+"""``tf.keras.optimizers``: SGD (with momentum and Nesterov), Adam (and AMSGrad), RMSprop (with
+momentum, centered) and Adagrad, with Keras's names, defaults and update formulas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import popjit.tensorflow as tf
+from popjit.keras import backend, initializers, schedules
+from popjit.keras.optimizer_v2 import OptimizerV2
+
+Optimizer = OptimizerV2
+
+
+def _check_momentum(momentum: Any) -> bool:
+    """Whether momentum is in use; a number must lie in [0, 1]."""
+    if isinstance(momentum, (int, float)):
+        if momentum < 0 or momentum > 1:
+            raise ValueError("`momentum` must be between [0, 1].")
+        return momentum > 0
+    return True
+
+
+class SGD(OptimizerV2):
+    """Gradient descent: ``var -= lr * grad``; with momentum ``m = momentum * m - lr * grad; var += m``
+    (Nesterov: ``var += momentum * m - lr * grad``)."""
+
+    def __init__(self, learning_rate: Any = 0.01, momentum: Any = 0.0, nesterov: bool = False, name: str = "SGD",
+                 **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
+        self._set_hyper("decay", self._initial_decay)
+        self._momentum = _check_momentum(momentum)
+        self._set_hyper("momentum", momentum)
+        self.nesterov = bool(nesterov)
+
+    def _create_slots(self, var_list: list[tf.Variable]) -> None:
+        if self._momentum:
+            for var in var_list:
+                self.add_slot(var, "momentum")
+
+    def _prepare_local(self, var_dtype: Any, apply_state: dict[str, Any]) -> None:
+        super()._prepare_local(var_dtype, apply_state)
+        apply_state["momentum"] = self._get_hyper("momentum", var_dtype)
+
+    def _resource_apply_dense(self, grad: Any, var: tf.Variable, coefficients: dict[str, Any]) -> None:
+        lr = coefficients["lr_t"]
+        if not self._momentum:
+            var.assign_sub(grad * lr)
+            return
+        accum = self.get_slot(var, "momentum")
+        momentum = coefficients["momentum"]
+        new = accum * momentum - grad * lr
+        accum.assign(new)
+        var.assign_add(new * momentum - grad * lr if self.nesterov else new)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "learning_rate": self._serialize_hyperparameter("learning_rate"),
+                "decay": self._initial_decay, "momentum": self._serialize_hyperparameter("momentum"),
+                "nesterov": self.nesterov}
+
+
+class Adam(OptimizerV2):
+    """Adam: moving averages ``m`` of the gradient and ``v`` of its square; ``var -= lr_t * m / (sqrt(v) +
+    epsilon)`` with ``lr_t = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)`` (AMSGrad: the running max of v)."""
+
+    def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999, epsilon: float = 1e-7,
+                 amsgrad: bool = False, name: str = "Adam", **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
+        self._set_hyper("decay", self._initial_decay)
+        self._set_hyper("beta_1", beta_1)
+        self._set_hyper("beta_2", beta_2)
+        self.epsilon = epsilon or backend.epsilon()
+        self.amsgrad = bool(amsgrad)
+
+    def _create_slots(self, var_list: list[tf.Variable]) -> None:
+        for var in var_list:
+            self.add_slot(var, "m")
+        for var in var_list:
+            self.add_slot(var, "v")
+        if self.amsgrad:
+            for var in var_list:
+                self.add_slot(var, "vhat")
+
+    def _prepare_local(self, var_dtype: Any, apply_state: dict[str, Any]) -> None:
+        super()._prepare_local(var_dtype, apply_state)
+        step = tf.cast(self.iterations + 1, var_dtype)
+        beta_1 = self._get_hyper("beta_1", var_dtype)
+        beta_2 = self._get_hyper("beta_2", var_dtype)
+        beta_1_power = tf.pow(beta_1, step)
+        beta_2_power = tf.pow(beta_2, step)
+        lr = apply_state["lr_t"] * (tf.sqrt(1.0 - beta_2_power) / (1.0 - beta_1_power))
+        apply_state.update(lr=lr, epsilon=tf.cast(self.epsilon, var_dtype), beta_1_t=beta_1,
+                           one_minus_beta_1_t=1.0 - beta_1, beta_2_t=beta_2, one_minus_beta_2_t=1.0 - beta_2,
+                           beta_1_power=beta_1_power, beta_2_power=beta_2_power)
+
+    def _resource_apply_dense(self, grad: Any, var: tf.Variable, coefficients: dict[str, Any]) -> None:
+        m, v = self.get_slot(var, "m"), self.get_slot(var, "v")
+        m_t = m + (grad - m) * coefficients["one_minus_beta_1_t"]
+        v_t = v + (grad * grad - v) * coefficients["one_minus_beta_2_t"]
+        m.assign(m_t)
+        v.assign(v_t)
+        if self.amsgrad:
+            vhat = self.get_slot(var, "vhat")
+            v_t = tf.maximum(vhat, v_t)
+            vhat.assign(v_t)
+        var.assign_sub(coefficients["lr"] * m_t / (tf.sqrt(v_t) + coefficients["epsilon"]))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "learning_rate": self._serialize_hyperparameter("learning_rate"),
+                "decay": self._initial_decay, "beta_1": self._serialize_hyperparameter("beta_1"),
+                "beta_2": self._serialize_hyperparameter("beta_2"), "epsilon": self.epsilon, "amsgrad": self.amsgrad}
+
+
+class RMSprop(OptimizerV2):
+    """RMSprop: ``rms = rho * rms + (1 - rho) * grad^2; var -= lr * grad / (sqrt(rms) + epsilon)``; centered
+    subtracts the squared moving mean of the gradient; with momentum, Keras's fused form
+    ``mom = momentum * mom + lr * grad / sqrt(rms + epsilon); var -= mom``."""
+
+    def __init__(self, learning_rate: Any = 0.001, rho: Any = 0.9, momentum: Any = 0.0, epsilon: float = 1e-7,
+                 centered: bool = False, name: str = "RMSprop", **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
+        self._set_hyper("decay", self._initial_decay)
+        self._set_hyper("rho", rho)
+        self._momentum = _check_momentum(momentum)
+        self._set_hyper("momentum", momentum)
+        self.epsilon = epsilon or backend.epsilon()
+        self.centered = bool(centered)
+
+    def _create_slots(self, var_list: list[tf.Variable]) -> None:
+        for var in var_list:
+            self.add_slot(var, "rms")
+        if self._momentum:
+            for var in var_list:
+                self.add_slot(var, "momentum")
+        if self.centered:
+            for var in var_list:
+                self.add_slot(var, "mg")
+
+    def _prepare_local(self, var_dtype: Any, apply_state: dict[str, Any]) -> None:
+        super()._prepare_local(var_dtype, apply_state)
+        rho = self._get_hyper("rho", var_dtype)
+        apply_state.update(epsilon=tf.cast(self.epsilon, var_dtype), rho=rho, one_minus_rho=1.0 - rho,
+                           momentum=self._get_hyper("momentum", var_dtype))
+
+    def _resource_apply_dense(self, grad: Any, var: tf.Variable, coefficients: dict[str, Any]) -> None:
+        c = coefficients
+        rms = self.get_slot(var, "rms")
+        if self._momentum:
+            ms = rms + (grad * grad - rms) * c["one_minus_rho"]
+            rms.assign(ms)
+            denom = ms
+            if self.centered:
+                mg = self.get_slot(var, "mg")
+                mg_t = mg + (grad - mg) * c["one_minus_rho"]
+                mg.assign(mg_t)
+                denom = ms - mg_t * mg_t
+            mom = self.get_slot(var, "momentum")
+            mom_t = mom * c["momentum"] + c["lr_t"] * grad / tf.sqrt(denom + c["epsilon"])
+            mom.assign(mom_t)
+            var.assign_sub(mom_t)
+            return
+        rms_t = c["rho"] * rms + c["one_minus_rho"] * (grad * grad)
+        rms.assign(rms_t)
+        denom = rms_t
+        if self.centered:
+            mg = self.get_slot(var, "mg")
+            mg_t = c["rho"] * mg + c["one_minus_rho"] * grad
+            mg.assign(mg_t)
+            denom = rms_t - mg_t * mg_t
+        var.assign_sub(c["lr_t"] * grad / (tf.sqrt(denom) + c["epsilon"]))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "learning_rate": self._serialize_hyperparameter("learning_rate"),
+                "decay": self._initial_decay, "rho": self._serialize_hyperparameter("rho"),
+                "momentum": self._serialize_hyperparameter("momentum"), "epsilon": self.epsilon,
+                "centered": self.centered}
+
+
+class Adagrad(OptimizerV2):
+    """Adagrad: ``acc += grad^2; var -= lr * grad / (sqrt(acc) + epsilon)``, ``acc`` starting at
+    ``initial_accumulator_value``."""
+
+    def __init__(self, learning_rate: Any = 0.001, initial_accumulator_value: float = 0.1, epsilon: float = 1e-7,
+                 name: str = "Adagrad", **kwargs: Any) -> None:
+        if initial_accumulator_value < 0.0:
+            raise ValueError(f"initial_accumulator_value must be non-negative: {initial_accumulator_value}")
+        super().__init__(name, **kwargs)
+        self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
+        self._set_hyper("decay", self._initial_decay)
+        self._initial_accumulator_value = float(initial_accumulator_value)
+        self.epsilon = epsilon or backend.epsilon()
+
+    def _create_slots(self, var_list: list[tf.Variable]) -> None:
+        for var in var_list:
+            self.add_slot(var, "accumulator", initializers.Constant(self._initial_accumulator_value))
+
+    def _prepare_local(self, var_dtype: Any, apply_state: dict[str, Any]) -> None:
+        super()._prepare_local(var_dtype, apply_state)
+        apply_state["epsilon"] = tf.cast(self.epsilon, var_dtype)
+
+    def _resource_apply_dense(self, grad: Any, var: tf.Variable, coefficients: dict[str, Any]) -> None:
+        acc = self.get_slot(var, "accumulator")
+        acc_t = acc + grad * grad
+        acc.assign(acc_t)
+        var.assign_sub(coefficients["lr_t"] * grad / (tf.sqrt(acc_t) + coefficients["epsilon"]))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "learning_rate": self._serialize_hyperparameter("learning_rate"),
+                "decay": self._initial_decay, "initial_accumulator_value": self._initial_accumulator_value,
+                "epsilon": self.epsilon}
+
+
+_CLASSES = {"sgd": SGD, "adam": Adam, "rmsprop": RMSprop, "adagrad": Adagrad}
+
+
+def serialize(optimizer: OptimizerV2) -> dict[str, Any]:
+    """``{'class_name': ..., 'config': ...}`` of an optimizer."""
+    return {"class_name": type(optimizer).__name__, "config": optimizer.get_config()}
+
+
+def deserialize(config: dict[str, Any], custom_objects: dict[str, Any] | None = None) -> OptimizerV2:
+    """The optimizer a :func:`serialize` dict describes."""
+    name = config["class_name"]
+    cls = (custom_objects or {}).get(name) or _CLASSES.get(name.lower())
+    if cls is None:
+        raise ValueError(f"Unknown optimizer: {name}. Please ensure this object is passed to the `custom_objects` "
+                         "argument.")
+    return cls.from_config(config.get("config", {}), custom_objects)
+
+
+def get(identifier: Any) -> OptimizerV2:
+    """An optimizer from a name (``'adam'``), a config dict or an instance."""
+    if isinstance(identifier, OptimizerV2):
+        return identifier
+    if isinstance(identifier, dict):
+        return deserialize(identifier)
+    if isinstance(identifier, str):
+        cls = _CLASSES.get(identifier.lower())
+        if cls is None:
+            raise ValueError(f"Unknown optimizer: {identifier}. Please ensure this object is passed to the "
+                             "`custom_objects` argument.")
+        return cls()
+    raise ValueError(f"Could not interpret optimizer identifier: {identifier}")
+
+
+__all__ = ["SGD", "Adagrad", "Adam", "Optimizer", "RMSprop", "deserialize", "get", "schedules", "serialize"]

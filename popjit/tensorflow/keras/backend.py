@@ -1,0 +1,22 @@
+"""``tf.keras.backend``."""
+
+from popjit.keras.backend import (  # noqa: F401
+    batch_get_value,
+    batch_set_value,
+    clear_session,
+    epsilon,
+    floatx,
+    get_value,
+    image_data_format,
+    int_shape,
+    is_keras_tensor,
+    learning_phase,
+    reset_uids,
+    set_epsilon,
+    set_floatx,
+    set_image_data_format,
+    set_value,
+)
+from popjit.tensorflow.keras._missing import missing
+
+__getattr__ = missing("tf.keras.backend")

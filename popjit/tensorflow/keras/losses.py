@@ -1,0 +1,43 @@
+"""``tf.keras.losses``."""
+
+from popjit.keras.losses import (  # noqa: F401
+    KLD,
+    MAE,
+    MAPE,
+    MSE,
+    MSLE,
+    BinaryCrossentropy,
+    CategoricalCrossentropy,
+    Huber,
+    KLDivergence,
+    Loss,
+    MeanAbsoluteError,
+    MeanAbsolutePercentageError,
+    MeanSquaredError,
+    MeanSquaredLogarithmicError,
+    Poisson,
+    Reduction,
+    SparseCategoricalCrossentropy,
+    binary_crossentropy,
+    categorical_crossentropy,
+    deserialize,
+    get,
+    huber,
+    kl_divergence,
+    kld,
+    kullback_leibler_divergence,
+    mae,
+    mape,
+    mean_absolute_error,
+    mean_absolute_percentage_error,
+    mean_squared_error,
+    mean_squared_logarithmic_error,
+    mse,
+    msle,
+    poisson,
+    serialize,
+    sparse_categorical_crossentropy,
+)
+from popjit.tensorflow.keras._missing import missing
+
+__getattr__ = missing("tf.keras.losses")

@@ -1,0 +1,1 @@
+"""Tests of popjit.keras (tf.keras): layers, models, losses, optimizers, initializers."""
