@@ -3,9 +3,10 @@
     popjit devices              the virtual IPU system: IPUs, tiles, memory per tile, clock, workers
     popjit demo                 the user guide's first example, then a compiled on-device loop, every stage shown
     popjit cache [list|clear]   the on-disk code cache under POPJIT_CACHE_DIR
+    popjit run script.py [args]  an unmodified IPU TensorFlow script, `tensorflow` resolving to popjit
     popjit --version
 
-``popjit run script.py`` and ``popjit report DIR`` are planned; they say so and exit with status 2.
+``popjit report DIR`` is planned; it says so and exits with status 2.
 """
 
 from __future__ import annotations
@@ -307,11 +308,21 @@ def cmd_cache_clear(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- run -----------------------------------------------------------------------------------------------
+
+
+def cmd_run(argv: Sequence[str]) -> int:
+    """``popjit run``: see :mod:`popjit.runner`. The program's own exceptions and exits propagate."""
+    from popjit import runner
+
+    return runner.main(argv)
+
+
 # -- not yet -------------------------------------------------------------------------------------------
 
 
 def cmd_not_implemented(args: argparse.Namespace) -> int:
-    """``run`` and ``report`` belong to later work: say so, exit non-zero."""
+    """``report`` belongs to later work: say so, exit non-zero."""
     print(f"popjit {args.command}: not implemented yet in popjit {popjit.__version__}.", file=sys.stderr)
     return NOT_IMPLEMENTED_STATUS
 
@@ -351,10 +362,11 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--stale", action="store_true", help="only generations of other popjit or Numba versions")
     cc.set_defaults(func=cmd_cache_clear)
 
-    r = sub.add_parser("run", help="run an unmodified IPU TensorFlow script (not implemented yet)")
-    r.add_argument("script")
-    r.add_argument("args", nargs=argparse.REMAINDER)
-    r.set_defaults(func=cmd_not_implemented)
+    # `run` is parsed by popjit.runner as python parses its command line (see main); this entry is for --help.
+    r = sub.add_parser("run", help="run an unmodified IPU TensorFlow script: run script.py [args], "
+                                   "run -m module [args], run -c code [args]", add_help=False)
+    r.add_argument("argv", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]")
+    r.set_defaults(func=lambda args: cmd_run(args.argv))
     rp = sub.add_parser("report", help="summarise a profile directory (not implemented yet)")
     rp.add_argument("directory")
     rp.set_defaults(func=cmd_not_implemented)
@@ -363,6 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``popjit`` and ``python -m popjit``; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"]:  # before argparse and outside the OpError handler: the program's errors are its own
+        return cmd_run(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -48,6 +48,7 @@ SETTINGS: dict[str, Setting] = {
         Setting("CHECKS", _bool, False, "verify every IR after every pass"),
         Setting("PARALLEL_MIN_ELEMENTS", int, 1 << 18,
                 "element-wise codelets at least this large run on all threads"),
+        Setting("SEED", int, None, "popjit run: tf.random.set_seed(N) before the program starts"),
     ]
 }
 

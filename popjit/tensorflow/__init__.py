@@ -22,7 +22,20 @@ from popjit.frontend.gradient_tape import (  # noqa: F401
 from popjit.frontend.math_ops import *  # noqa: F403
 from popjit.frontend.tensor import Tensor, TensorShape, is_tensor  # noqa: F401
 from popjit.frontend.variables import Variable  # noqa: F401
-from popjit.tensorflow import autograph, bitwise, data, dtypes, errors, keras, linalg, math, nest, nn, random  # noqa: F401
+from popjit.tensorflow import (  # noqa: F401
+    autograph,
+    bitwise,
+    compat,
+    data,
+    dtypes,
+    errors,
+    keras,
+    linalg,
+    math,
+    nest,
+    nn,
+    random,
+)
 from popjit.tensorflow.dtypes import *  # noqa: F403
 
 __version__ = "2.6.3"  # the TensorFlow version whose API popjit follows (Graphcore SDK 3.x)
