@@ -101,7 +101,7 @@ def test__outfeed_last_mode__keeps_the_final_value_as_numpy_scalars(strategy):
 
 
 def test__outfeed_errors():
-    with pytest.raises(ValueError, match="An outfeed can only be enqueued once."):
+    with pytest.raises(ValueError, match=r"An outfeed can only be enqueued once\."):
         outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
 
         @tf.function(jit_compile=True)
@@ -110,7 +110,7 @@ def test__outfeed_errors():
             outfeed.enqueue(x * 2.0)
 
         twice(np.ones(2, np.float32))
-    with pytest.raises(ValueError, match="Trying to dequeue an outfeed which has not been enqueued."):
+    with pytest.raises(ValueError, match=r"Trying to dequeue an outfeed which has not been enqueued\."):
         ipu.ipu_outfeed_queue.IPUOutfeedQueue().dequeue()
     with pytest.raises(ValueError, match="Expected `outfeed_mode` value to be of"):
         ipu.ipu_outfeed_queue.IPUOutfeedQueue("all")
