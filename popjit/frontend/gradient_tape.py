@@ -56,6 +56,18 @@ def record(op: str, inputs: list[Any], outputs: list[Any], attrs: dict[str, Any]
         tape._entries.append(entry)
 
 
+def stored_value(value: Tensor) -> Tensor:
+    """The tensor a traced assignment stores: while a tape records, a copy nothing on the tape
+    produced, so later reads of the variable are tensors of their own (as TensorFlow's
+    ReadVariableOp) and their gradients do not flow back into the assigned expression."""
+    if not recording():
+        return value
+    from popjit.frontend.tracing import apply_op
+
+    with _paused_tapes():
+        return apply_op("identity", [value])
+
+
 def record_variable_read(var: Any, value: Tensor) -> None:
     """Remember that ``value`` is a read of ``var`` on every active tape watching it."""
     for reads in getattr(_state, "collectors", ()):
@@ -150,12 +162,19 @@ class GradientTape:
 
     def _gradient(self, target: Any, sources: Any, output_gradients: Any, unconnected: str) -> Any:
         flat_sources = nest.flatten(sources)
-        source_keys = [self._source_keys(s) for s in flat_sources]
+        tracked = reachable(self._entries, self._tracked_roots(), key)
+        # why: as in TensorFlow, a tensor nobody watched (nor computed from one) has no gradient
+        source_keys = [[k for k in self._source_keys(s) if k in tracked] for s in flat_sources]
         live = reachable(self._entries, {k for ks in source_keys for k in ks}, key)
         entries = [e for e in self._entries if any(key(x) in live for x in e.inputs)]
         cts = backprop(entries, self._seeds(target, output_gradients), key, GRAD_OPS, _differentiable)
         grads = [self._collect(cts, ks, s, unconnected) for ks, s in zip(source_keys, flat_sources)]
         return nest.pack_sequence_as(sources, grads)
+
+    def _tracked_roots(self) -> set[Hashable]:
+        """Keys of the watched tensors and of the recorded reads of watched variables."""
+        reads = {key(v) for values in self._reads.values() for v in values}
+        return set(self._watched) | reads
 
     def _seeds(self, target: Any, output_gradients: Any) -> dict[Hashable, Any]:
         from popjit.frontend import array_ops, math_ops
@@ -296,7 +315,6 @@ class _GradOps:
 
         return convert_to_tensor(np.asarray(value, dtype=x.dtype.np))
 
-
     @staticmethod
     def replay(region: Any, args: list[Tensor]) -> list[Tensor]:
         """Apply a region's nodes again to ``args`` (recorded on the active tapes)."""
@@ -310,6 +328,13 @@ class _GradOps:
         from popjit.frontend.tracing import apply_op
 
         return apply_op("dynamic_update_slice", [operand, update, begin])
+
+    @staticmethod
+    def dynamic_slice(operand: Tensor, begin: Tensor, size: tuple[int, ...]) -> Tensor:
+        """The ``size`` block of ``operand`` at the run-time position ``begin``, clamped to fit (as XLA)."""
+        from popjit.frontend.tracing import apply_op
+
+        return apply_op("dynamic_slice", [operand, begin], size=tuple(size))
 
 
 GRAD_OPS = _GradOps()

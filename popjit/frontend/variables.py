@@ -141,7 +141,7 @@ class Variable:
         t = self._converted(value)
         trace = current_trace()
         if trace is not None:
-            trace.write_var(self._ref, trace.value_of(t))
+            trace.write_var(self._ref, trace.value_of(gradient_tape.stored_value(t)))
         else:
             self._buffer[...] = t.numpy()
         return self if read_value else None

@@ -69,7 +69,8 @@ def _vjp(t: Any, primals: list, outputs: list, cts: list) -> list[Any]:
     _, update, begin = primals
     (ct,) = cts
     size = t.shape_of(update)
-    return [t.dynamic_update_slice(ct, t.zeros_like(update), begin), t.slice(ct, begin, size), None]
+    # why: dynamic_slice clamps begin exactly as the forward op did, so the block read is the one written
+    return [t.dynamic_update_slice(ct, t.zeros_like(update), begin), t.dynamic_slice(ct, begin, size), None]
 
 
 register(OpDef("dynamic_update_slice", MOVEMENT, _infer, _reference, _lower, vjp=_vjp,

@@ -69,8 +69,6 @@ def test__watch__makes_a_constant_a_source(mode: str) -> None:
     np.testing.assert_allclose(gy, [2.0, 2.0, 2.0])
 
 
-@pytest.mark.xfail(strict=True, reason="GradientTape.gradient differentiates w.r.t. any recorded tensor, watched or "
-                   "not (popjit/frontend/gradient_tape.py _gradient: sources are not checked against the watched set)")
 @pytest.mark.parametrize("mode", MODES)
 def test__unwatched_constant__gets_no_gradient(mode: str) -> None:
     """TensorFlow records nothing about a tensor nobody watched: its gradient, and that of tensors
@@ -259,8 +257,6 @@ def test__variable_assigned_inside_the_tape__eager() -> None:
     assert float(gy) == 3.0 and float(gw) == 18.0 and gx is None
 
 
-@pytest.mark.xfail(strict=True, reason="traced reads after an assignment share the assigned SSA value, so the "
-                   "tape differentiates through the assignment (popjit/frontend/variables.py read_value)")
 def test__variable_assigned_inside_the_tape__compiled() -> None:
     v = tf.Variable(2.0)
     gy, gw, gx = run("compiled", lambda x: _assign_inside_tape(v, x), tf.constant(5.0))
