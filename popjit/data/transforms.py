@@ -121,10 +121,11 @@ class _BatchIter(ChunkIter):
         got = chunk_len(chunk)
         full = got // self.size
         if full == 0:
+            ended = got + sum(chunk_len(r) for r in rest) < self.size
+            if self.drop and ended:  # the input ended with a partial batch, whatever its shapes
+                return None
             if rest:  # the next element has another shape but belongs to the same batch
                 concat_chunks([chunk, rest[0]])  # raises TensorFlow's "Cannot batch tensors..." error
-            if self.drop:  # the input ended with a partial batch
-                return None
             return [a[None] for a in chunk]
         self.reader.unread([chunk_slice(chunk, full * self.size, got), *rest])
         return [a[: full * self.size].reshape((full, self.size, *a.shape[1:])) for a in chunk]

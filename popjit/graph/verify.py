@@ -90,6 +90,12 @@ def check_device_dtypes(graph: Graph) -> None:
         for v in node.outputs:
             if not is_device_dtype(v.dtype):
                 where = f"\n  at {node.loc.describe()}" if node.loc else ""
+                if node.op == "infeed_dequeue":
+                    raise UnimplementedError(
+                        f"{v.dtype.name} is not supported on the IPU: the infeed's dataset gives {v.aval}. Cast "
+                        "its elements to float32 on the host, e.g. `dataset.map(lambda x, y: (tf.cast(x, "
+                        f"tf.float32), y))`; the IPU has no 64-bit floating point.{where}"
+                    )
                 raise UnimplementedError(
                     f"{v.dtype.name} is not supported on the IPU: op '{node.op}' produces {v.aval}{where}. "
                     "Cast to float32 (or int32) before it; the IPU has no 64-bit floating point."

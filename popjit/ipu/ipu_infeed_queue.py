@@ -21,6 +21,7 @@ from popjit.frontend.tensor import Tensor, TensorShape
 from popjit.frontend.tracing import current_trace
 from popjit.graph.ir import Aval
 from popjit.runtime import streams
+from popjit.source import user_location
 
 
 def _spec_shape(spec: Any) -> tuple[int | None, ...]:
@@ -114,7 +115,8 @@ class IPUInfeedQueue:
         trace = current_trace()
         assert trace is not None
         self._check_dtypes()
-        node = trace.add_node("infeed_dequeue", [], {"feed": self._id, "avals": tuple(self._avals)}, self._avals)
+        node = trace.add_node("infeed_dequeue", [], {"feed": self._id, "avals": tuple(self._avals)}, self._avals,
+                              loc=user_location())
         self._dequeued = True
         return nest.unflatten(self._tree, [Tensor.symbolic(v, trace) for v in node.outputs])
 

@@ -20,6 +20,7 @@ from popjit.frontend.convert import convert_to_tensor
 from popjit.frontend.tracing import current_trace
 from popjit.graph.ir import Aval
 from popjit.runtime import streams
+from popjit.source import where
 
 
 class IPUOutfeedMode(enum.Enum):
@@ -67,7 +68,8 @@ class IPUOutfeedQueue:
                              "(e.g. through IPUStrategy.run), where it adds the outfeed to the compiled program.")
         used = trace.extra.setdefault("outfeeds_enqueued", set())
         if self._id in used:
-            raise ValueError("An outfeed can only be enqueued once.")
+            raise ValueError("An outfeed can only be enqueued once. Enqueue every value of the program in one "
+                             "call (a tuple or dict of them), or use another IPUOutfeedQueue" + where())
         used.add(self._id)
         leaves, tree = nest.flatten_with_tree(tensors)
         values = [trace.value_of(convert_to_tensor(x)) for x in leaves]

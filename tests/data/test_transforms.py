@@ -210,3 +210,10 @@ def test_apply_and_element_spec_survive_every_stage():
     ds = Dataset.range(8).apply(lambda d: d.batch(2, drop_remainder=True)).shuffle(3, seed=0).repeat(2).prefetch(1)
     assert ds.element_spec == spec((2,), tf.int64)
     assert len(ds) == 8
+
+
+def test_dropped_partial_batch_of_ragged_elements_is_not_stacked():
+    # [0, 1], [2] are two elements of different shapes; a batch of 3 with drop_remainder drops them
+    assert as_list(Dataset.range(3).batch(2).batch(3, drop_remainder=True)) == []
+    with pytest.raises(InvalidArgumentError, match="Cannot batch tensors with different shapes"):
+        as_list(Dataset.range(3).batch(2).batch(3))

@@ -191,8 +191,12 @@ class _Liveness:
     _TryStar = _Try
 
     def _With(self, s: ast.With, out: frozenset[str]) -> frozenset[str]:
-        items = frozenset().union(*(_read_names(i.context_expr) for i in s.items))
-        return items | self.block(s.body, out)
+        live = self.block(s.body, out)
+        for item in reversed(s.items):  # `with e as t`: evaluate e, then bind t (which kills t)
+            if item.optional_vars is not None:
+                live = (live - _bound_names([item.optional_vars])) | _read_names(item.optional_vars)
+            live = live | _read_names(item.context_expr)
+        return live
 
     _AsyncWith = _With
 
