@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import popjit.tensorflow as tf
+from popjit.keras import backend
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
@@ -174,8 +175,7 @@ def get(identifier: Any) -> Callable[..., Any]:
     if isinstance(identifier, str):
         fn = _BY_NAME.get(identifier)
         if fn is None:
-            raise ValueError(f"Unknown activation function: {identifier}. Please ensure this object is passed to "
-                             "the `custom_objects` argument.")
+            raise backend.unknown_object("activation function", identifier)
         return fn
     if isinstance(identifier, dict):
         return deserialize(identifier)

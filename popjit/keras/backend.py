@@ -66,6 +66,12 @@ def set_image_data_format(data_format: str) -> None:
 
 
 # -- object names ---------------------------------------------------------------------------------
+def unknown_object(kind: str, identifier: Any) -> ValueError:
+    """Keras's error for a name it cannot resolve (``kind``: "activation function", "initializer"...)."""
+    return ValueError(f"Unknown {kind}: {identifier}. Please ensure this object is passed to the "
+                      "`custom_objects` argument.")
+
+
 def to_snake_case(name: str) -> str:
     """``'Dense'`` → ``'dense'``, ``'InputLayer'`` → ``'input_layer'``, ``'ReLU'`` → ``'re_lu'``."""
     step = re.sub(r"(.)([A-Z][a-z0-9]+)", r"\1_\2", name)

@@ -333,8 +333,7 @@ def deserialize(config: dict[str, Any], custom_objects: dict[str, Any] | None = 
     name = config["class_name"]
     cls = (custom_objects or {}).get(name) or _CLASSES.get(name)
     if cls is None:
-        raise ValueError(f"Unknown initializer: {name}. Please ensure this object is passed to the "
-                         "`custom_objects` argument.")
+        raise backend.unknown_object("initializer", name)
     return cls.from_config(config.get("config", {}))
 
 
@@ -346,8 +345,7 @@ def get(identifier: Any) -> Any:
     if isinstance(identifier, str):
         cls = _CLASSES.get(identifier)
         if cls is None:
-            raise ValueError(f"Unknown initializer: {identifier}. Please ensure this object is passed to the "
-                             "`custom_objects` argument.")
+            raise backend.unknown_object("initializer", identifier)
         return cls()
     if isinstance(identifier, dict):
         return deserialize(identifier)

@@ -240,8 +240,7 @@ def get(identifier: Any) -> OptimizerV2:
     if isinstance(identifier, str):
         cls = _CLASSES.get(identifier.lower())
         if cls is None:
-            raise ValueError(f"Unknown optimizer: {identifier}. Please ensure this object is passed to the "
-                             "`custom_objects` argument.")
+            raise backend.unknown_object("optimizer", identifier)
         return cls()
     raise ValueError(f"Could not interpret optimizer identifier: {identifier}")
 

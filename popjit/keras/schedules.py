@@ -32,9 +32,8 @@ def _float_step(step: Any, dtype: Any) -> Any:
     return tf.cast(tf.convert_to_tensor(step), dtype)
 
 
-class ExponentialDecay(LearningRateSchedule):
-    """``initial_learning_rate * decay_rate ** (step / decay_steps)`` (the exponent floored when
-    ``staircase``)."""
+class _StepDecay(LearningRateSchedule):
+    """A rate that decays with ``p = step / decay_steps`` (floored when ``staircase``)."""
 
     def __init__(self, initial_learning_rate: float, decay_steps: int, decay_rate: float, staircase: bool = False,
                  name: str | None = None) -> None:
@@ -50,11 +49,22 @@ class ExponentialDecay(LearningRateSchedule):
         p = _float_step(step, dtype) / tf.cast(self.decay_steps, dtype)
         if self.staircase:
             p = tf.floor(p)
-        return initial * tf.pow(tf.cast(self.decay_rate, dtype), p)
+        return self._decayed(initial, tf.cast(self.decay_rate, dtype), p)
+
+    def _decayed(self, initial: Any, rate: Any, p: Any) -> Any:
+        raise NotImplementedError
 
     def get_config(self) -> dict[str, Any]:
         return {"initial_learning_rate": self.initial_learning_rate, "decay_steps": self.decay_steps,
                 "decay_rate": self.decay_rate, "staircase": self.staircase, "name": self.name}
+
+
+class ExponentialDecay(_StepDecay):
+    """``initial_learning_rate * decay_rate ** (step / decay_steps)`` (the exponent floored when
+    ``staircase``)."""
+
+    def _decayed(self, initial: Any, rate: Any, p: Any) -> Any:
+        return initial * tf.pow(rate, p)
 
 
 class PiecewiseConstantDecay(LearningRateSchedule):
@@ -116,28 +126,11 @@ class PolynomialDecay(LearningRateSchedule):
                 "name": self.name}
 
 
-class InverseTimeDecay(LearningRateSchedule):
+class InverseTimeDecay(_StepDecay):
     """``initial_learning_rate / (1 + decay_rate * step / decay_steps)`` (floored when ``staircase``)."""
 
-    def __init__(self, initial_learning_rate: float, decay_steps: int, decay_rate: float, staircase: bool = False,
-                 name: str | None = None) -> None:
-        self.initial_learning_rate = initial_learning_rate
-        self.decay_steps = decay_steps
-        self.decay_rate = decay_rate
-        self.staircase = staircase
-        self.name = name
-
-    def __call__(self, step: Any) -> Any:
-        initial = tf.convert_to_tensor(self.initial_learning_rate)
-        dtype = initial.dtype
-        p = _float_step(step, dtype) / tf.cast(self.decay_steps, dtype)
-        if self.staircase:
-            p = tf.floor(p)
-        return initial / (1.0 + tf.cast(self.decay_rate, dtype) * p)
-
-    def get_config(self) -> dict[str, Any]:
-        return {"initial_learning_rate": self.initial_learning_rate, "decay_steps": self.decay_steps,
-                "decay_rate": self.decay_rate, "staircase": self.staircase, "name": self.name}
+    def _decayed(self, initial: Any, rate: Any, p: Any) -> Any:
+        return initial / (1.0 + rate * p)
 
 
 class CosineDecay(LearningRateSchedule):

@@ -9,17 +9,10 @@ import pytest
 
 import popjit.tensorflow as tf
 from popjit.data import mapping
+from tests.data.helpers import as_list, spec
 
 Dataset = tf.data.Dataset
 Pair = collections.namedtuple("Pair", "a b")
-
-
-def as_list(ds):
-    return list(ds.as_numpy_iterator())
-
-
-def spec(shape, dtype):
-    return tf.TensorSpec(shape, dtype)
 
 
 def seed_map(d, l):

@@ -9,17 +9,10 @@ import pytest
 
 import popjit.tensorflow as tf
 from popjit.errors import InvalidArgumentError
+from tests.data.helpers import as_list, spec
 
 Dataset = tf.data.Dataset
 Point = collections.namedtuple("Point", "x y")
-
-
-def as_list(ds):
-    return list(ds.as_numpy_iterator())
-
-
-def spec(shape, dtype):
-    return tf.TensorSpec(shape, dtype)
 
 
 # -- from_tensor_slices -----------------------------------------------------------------------------

@@ -35,12 +35,14 @@ def logits_and_labels(draw: Any) -> tuple[np.ndarray, np.ndarray]:
     return logits, labels
 
 
-def sparse_loss_and_grad(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def loss_and_grad(loss_fn: Any, logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``loss_fn(labels=, logits=)`` and the gradient of its sum w.r.t. the logits, compiled."""
+
     @tf.function(jit_compile=True)
     def run(x, y):
         with tf.GradientTape() as tape:
             tape.watch(x)
-            loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=x)
+            loss = loss_fn(labels=y, logits=x)
             total = tf.reduce_sum(loss)
         return loss, tape.gradient(total, x)
 
@@ -51,7 +53,7 @@ def sparse_loss_and_grad(logits: np.ndarray, labels: np.ndarray) -> tuple[np.nda
 @given(logits_and_labels())
 def test_sparse_softmax_cross_entropy_value_and_gradient(case: tuple[np.ndarray, np.ndarray]) -> None:
     logits, labels = case
-    loss, grad = sparse_loss_and_grad(logits, labels)
+    loss, grad = loss_and_grad(tf.nn.sparse_softmax_cross_entropy_with_logits, logits, labels)
     picked = np.take_along_axis(np_log_softmax(logits), labels[..., None].astype(np.int64), -1)[..., 0]
     np.testing.assert_allclose(loss, -picked, rtol=1e-5, atol=1e-5)
     onehot = np.eye(logits.shape[-1])[labels]
@@ -63,17 +65,9 @@ def test_softmax_cross_entropy_with_distributions(case: tuple[np.ndarray, np.nda
     logits, _ = case
     target = np_softmax(np.sin(logits * 3.0)).astype(np.float32)  # any distribution per example
 
-    @tf.function(jit_compile=True)
-    def run(x, t):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            loss = tf.nn.softmax_cross_entropy_with_logits(labels=t, logits=x)
-            total = tf.reduce_sum(loss)
-        return loss, tape.gradient(total, x)
-
-    loss, grad = run(tf.constant(logits), tf.constant(target))
-    np.testing.assert_allclose(loss.numpy(), -(target * np_log_softmax(logits)).sum(-1), rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(grad.numpy(), np_softmax(logits) - target, rtol=1e-4, atol=1e-5)
+    loss, grad = loss_and_grad(tf.nn.softmax_cross_entropy_with_logits, logits, target)
+    np.testing.assert_allclose(loss, -(target * np_log_softmax(logits)).sum(-1), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(grad, np_softmax(logits) - target, rtol=1e-4, atol=1e-5)
 
 
 @given(hnp.arrays(np.float32, hnp.array_shapes(max_dims=2, max_side=6),
