@@ -1,4 +1,4 @@
-"""asv benchmark (c): first-call compile time in fresh processes, cold and warm cache.
+"""asv benchmark (c): first-call compile time in fresh processes, cold and warm cache (and (d)'s W1 training loop).
 
 ``setup_cache`` runs every framework and workload once (cold, then warm, see
 :mod:`benchmarks.firstcall`); the ``track_*`` methods report its numbers in seconds.
@@ -12,13 +12,13 @@ from benchmarks import workloads
 from benchmarks.firstcall import cold_and_warm
 
 COMPILERS = ["popjit", "tensorflow", "jax"]
-WORKLOADS = ["chain", "matmul"]
+WORKLOADS = ["chain", "matmul", "train"]  # train: W1
 
 Results = dict[tuple[str, str], dict[str, dict[str, Any]]]
 
 
 class FirstCall:
-    """Trace + compile + one run of (a) and of the 1024³ matmul in a fresh process."""
+    """Trace + compile + one run of (a), of the 1024³ matmul and of W1's training loop in a fresh process."""
 
     params = [COMPILERS, WORKLOADS]
     param_names = ["framework", "workload"]

@@ -1,4 +1,5 @@
-"""asv benchmarks (a) and (b): element-wise chain bandwidth and matmul FLOP rate, per framework.
+"""asv benchmarks (a), (b) and (d): element-wise chain bandwidth, matmul FLOP rate and training steps/s,
+per framework.
 
 A framework that is not installed is skipped (its setup raises ``NotImplementedError``); one that
 computes a wrong result fails in setup, so it is never reported as fast.
@@ -29,7 +30,7 @@ class _Throughput:
 class ElementwiseChain(_Throughput):
     """(a) ``x = tanh(a*x + b) * sigmoid(x) - 0.5*x`` over 2^22 float32, 20 iterations in one call."""
 
-    params = [list(workloads.FRAMEWORKS)]
+    params = [list(workloads.CHAIN_IMPLS)]
     param_names = ["framework"]
 
     def setup(self, framework: str) -> None:
@@ -47,7 +48,7 @@ class ElementwiseChain(_Throughput):
 class MatMul(_Throughput):
     """(b) float32 matmul, GFLOP/s (2 FLOPs per multiply-add)."""
 
-    params = [list(workloads.FRAMEWORKS), list(workloads.MATMUL_SHAPES)]
+    params = [list(workloads.MATMUL_IMPLS), list(workloads.MATMUL_SHAPES)]
     param_names = ["framework", "shape"]
 
     def setup(self, framework: str, shape: str) -> None:
@@ -61,3 +62,22 @@ class MatMul(_Throughput):
         return self._rate()
 
     track_matmul_flops.unit = "GFLOP/s"
+
+
+class Training(_Throughput):
+    """(d) 100 SGD steps of the MLP 784-h1-h2-10 in one call (W1: batch 32, 256/128; W2: batch 256, 1024/1024)."""
+
+    params = [list(workloads.TRAIN_IMPLS), list(workloads.TRAIN_SIZES)]
+    param_names = ["framework", "workload"]
+    timeout = 1800
+
+    def setup(self, framework: str, workload: str) -> None:
+        self._prepare("train", framework, **workloads.TRAIN_SIZES[workload])
+
+    def time_train(self, framework: str, workload: str) -> None:
+        self.case.call()
+
+    def track_train_steps(self, framework: str, workload: str) -> float:
+        return self._rate()
+
+    track_train_steps.unit = "steps/s"

@@ -1,4 +1,4 @@
-"""(c) First-call (compile) time, measured in fresh processes.
+"""(c) First-call (compile) time, measured in fresh processes (also (d)'s, for the W1 training loop).
 
 The parent (:func:`cold_and_warm`) starts a child Python for one framework and workload twice
 with the same new temporary cache directory: *cold* (empty) and *warm* (filled by the cold run).
@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+COMPILERS = ("popjit", "tensorflow", "jax")
+SIZES = ("n", "iters", "m", "k", "batch", "h1", "h2", "steps")  # the size arguments of the workloads
 ROOT = Path(__file__).resolve().parent.parent
 # Run by ``python -c`` from a temporary directory: appending ROOT (rather than running from it) keeps an
 # installed popjit (asv's environment) ahead of the source tree, while ``benchmarks`` still resolves.
@@ -85,9 +87,9 @@ def cold_and_warm(framework: str, workload: str, sizes: dict[str, int] | None = 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="benchmarks.firstcall", description="Time one first call in a fresh process.")
-    p.add_argument("framework", choices=["popjit", "tensorflow", "jax"])
-    p.add_argument("workload", choices=["chain", "matmul"])
-    for size in ("n", "iters", "m", "k"):
+    p.add_argument("framework", choices=COMPILERS)
+    p.add_argument("workload", choices=["chain", "matmul", "train"])
+    for size in SIZES:
         p.add_argument(f"--{size}", type=int)
     p.add_argument("--repeat", type=int, default=3, help="steady-state calls timed after the first")
     return p.parse_args(argv)
@@ -114,7 +116,7 @@ def child_main(argv: list[str]) -> int:
     from benchmarks import workloads
     from benchmarks.timing import best_of
 
-    sizes = {k: v for k in ("n", "iters", "m", "k") if (v := getattr(args, k)) is not None}
+    sizes = {k: v for k in SIZES if (v := getattr(args, k)) is not None}
     problem = workloads.problem(args.workload, **sizes)
     t0 = time.perf_counter()
     case = workloads.instantiate(problem, args.framework)

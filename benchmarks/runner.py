@@ -1,7 +1,8 @@
 """``python -m benchmarks``: popjit against NumPy, TensorFlow-XLA and JAX in one run, as a table.
 
-    python -m benchmarks                      # everything (about a minute or two)
-    python -m benchmarks --only chain matmul  # skip the fresh-process compile timings
+    python -m benchmarks                      # everything (several minutes)
+    python -m benchmarks --only chain matmul  # skip the training loops and the fresh-process compile timings
+    python -m benchmarks --only train         # the training loops (W1, W2) and W1's first-call compile time
     python -m benchmarks --no-peers --json out.json
 
 Throughput is best-of-N after warm-up, in this process, the frameworks of one workload timed
@@ -23,13 +24,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from benchmarks import workloads
-from benchmarks.firstcall import cold_and_warm
+from benchmarks.firstcall import COMPILERS, cold_and_warm
 from benchmarks.timing import interleaved_best, machine_summary
 
-SECTIONS = ("chain", "matmul", "compile")
+SECTIONS = ("chain", "matmul", "train", "compile")
 CHAIN_TARGET = 1.0  # popjit GB/s ≥ TF-XLA's
 MATMUL_TARGET = 0.9  # popjit GFLOP/s ≥ 90% of NumPy's BLAS
 COMPILE_TARGET_S = 2.0  # cold first-call compile of (a) under 2 s
+TRAIN_TARGET = 1.0  # popjit steps/s ≥ TF-XLA's, W1 and W2
+TRAIN_COMPILE_TARGET_S = 2.0  # cold first-call compile of W1 at most 2 s
 
 
 @dataclass
@@ -65,9 +68,10 @@ def prepare(problem: workloads.Problem, framework: str) -> workloads.Case | Row:
 
 
 def throughput_rows(problem: workloads.Problem, frameworks: Sequence[str], repeat: int, min_time: float) -> list[Row]:
-    """Every framework on one problem, timed round-robin so that all see the same machine."""
+    """Every framework (that implements the problem) on one problem, timed round-robin so that all see
+    the same machine."""
     prepared = {}
-    for fw in frameworks:
+    for fw in workloads.frameworks_for(problem.kind, frameworks):
         _progress(f"{problem.label} on {workloads.LABELS[fw]}")
         prepared[fw] = prepare(problem, fw)
     cases = {fw: c for fw, c in prepared.items() if isinstance(c, workloads.Case)}
@@ -88,7 +92,7 @@ def compile_rows(workload: str, sizes: dict[str, int], frameworks: Iterable[str]
     rows = []
     label = workloads.problem_label(workload, **sizes)
     for fw in frameworks:
-        if fw == "numpy":
+        if fw not in COMPILERS:
             continue
         name = workloads.LABELS[fw]
         if not workloads.available(fw):
@@ -115,8 +119,13 @@ def measure(sections: Sequence[str], frameworks: Sequence[str], repeat: int, min
         problems.append(workloads.chain_problem())
     if "matmul" in sections:
         problems += [workloads.matmul_problem(*shape) for shape in workloads.MATMUL_SHAPES.values()]
+    if "train" in sections:
+        problems += [workloads.train_problem(**sizes) for sizes in workloads.TRAIN_SIZES.values()]
     for p in problems:
         rows += throughput_rows(p, frameworks, repeat, min_time)
+    if "train" in sections:
+        _progress("first-call time of W1 in fresh processes")
+        rows += compile_rows("train", workloads.TRAIN_SIZES["W1"], frameworks)
     if "compile" in sections:
         _progress("first-call times in fresh processes")
         rows += compile_rows("chain", {}, frameworks)
@@ -186,6 +195,22 @@ def target_lines(rows: Sequence[Row]) -> list[str]:
     cold = _value(rows, f"compile: {chain}", "popjit", "s cold")
     lines.append(f"(c) chain cold compile: popjit {_fmt(cold)} s  (target < {COMPILE_TARGET_S:.1f} s)  "
                  f"{_verdict(None if cold is None else cold < COMPILE_TARGET_S)}")
+    return lines + train_target_lines(rows)
+
+
+def train_target_lines(rows: Sequence[Row]) -> list[str]:
+    """(d) the training loops: popjit / TF-XLA steps/s for W1 and W2, and W1's cold compile time."""
+    lines = []
+    for name, sizes in workloads.TRAIN_SIZES.items():
+        label = workloads.problem_label("train", **sizes)
+        pj, tf = _value(rows, label, "popjit"), _value(rows, label, "TF-XLA")
+        ratio = pj / tf if pj and tf else None
+        lines.append(f"(d) {name} {label}: popjit / TF-XLA steps/s = {_fmt(ratio)}  (target >= {TRAIN_TARGET:.2f})  "
+                     f"{_verdict(None if ratio is None else ratio >= TRAIN_TARGET)}")
+    w1 = workloads.problem_label("train", **workloads.TRAIN_SIZES["W1"])
+    cold = _value(rows, f"compile: {w1}", "popjit", "s cold")
+    lines.append(f"(d) W1 cold compile: popjit {_fmt(cold)} s  (target <= {TRAIN_COMPILE_TARGET_S:.1f} s)  "
+                 f"{_verdict(None if cold is None else cold <= TRAIN_COMPILE_TARGET_S)}")
     return lines
 
 
