@@ -26,6 +26,29 @@ OPTIONS: dict[str, Any] = {"fastmath": set(FASTMATH), "error_model": "numpy", "b
                            "cache": True}
 
 
+def threading_layer() -> str:
+    """The Numba threading layer parallel codelets run on: ``NUMBA_THREADING_LAYER`` when set, else
+    ``workqueue``.
+
+    why: OpenMP's workers spin after each parallel codelet while OpenBLAS's threads start the next
+    matmul, and the two pools fight over the cores (a training step alternates them ~10 times: 4.5x
+    slower on 2 cores); workqueue's workers sleep. Machine code is built for one layer, so the layer
+    is part of the cache's fingerprint (loading code compiled for another one crashes).
+    """
+    import os
+
+    from numba.core import config as numba_config
+    from numba.np.ufunc import parallel
+
+    if parallel._is_initialized:  # something ran parallel code before popjit: that layer it is
+        return parallel.threading_layer()
+    chosen = os.environ.get("NUMBA_THREADING_LAYER")
+    if not chosen:
+        chosen = "workqueue"
+        numba_config.THREADING_LAYER = chosen
+    return chosen
+
+
 @contextlib.contextmanager
 def _machine_code_cache() -> Iterator[None]:
     """Point Numba's cache at popjit's fingerprinted directory while a codelet is decorated."""

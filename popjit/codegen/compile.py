@@ -3,8 +3,8 @@
 Each codelet and each engine is written to its own module file under the cache directory, named
 by the hash of its source, and compiled with Numba's on-disk cache in ``gen-<fingerprint>/numba``:
 a later process (or a program that differs only in sizes) loads the machine code instead of
-compiling. The fingerprint hashes popjit's kernel sources, the code generator and the Numba
-version, so an upgrade or an edit never loads stale machine code.
+compiling. The fingerprint hashes popjit's kernel sources, the code generator, the Numba version
+and its threading layer, so an upgrade or an edit never loads stale machine code.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ def _kernels_fingerprint() -> str:
     import popjit.codegen.engine as engine_mod
     import popjit.codegen.render as render_mod
     import popjit.kernels as kernels
+    from popjit.kernels.jit import threading_layer
 
-    h = hashlib.sha256(numba.__version__.encode())
+    h = hashlib.sha256(f"{numba.__version__} {threading_layer()}".encode())
     kdir = Path(kernels.__file__).parent
     for path in sorted(kdir.glob("*.py")) + [Path(render_mod.__file__), Path(engine_mod.__file__)]:
         h.update(path.read_bytes())

@@ -126,3 +126,30 @@ def test__executable_cache_path__second_process_compiles_nothing(tmp_path):
     assert first.stdout.split()[3] == second.stdout.split()[3]  # same results
     assert list(cache.rglob("e_*.py")) and list(cache.rglob("*.nbi")), "modules and machine code are in DIR"
     assert not (tmp_path / "unused").exists()
+
+
+def _layer_and_cache_dir(env_layer: str | None) -> tuple[str, str]:
+    """In a fresh process: the threading layer a parallel codelet ran on, and the machine-code directory."""
+    code = textwrap.dedent("""
+        import numba, numpy as np
+        import popjit.tensorflow as tf
+        from popjit import config
+        from popjit.codegen.compile import machine_code_dir
+        with config.context(PARALLEL_MIN_ELEMENTS=1):
+            tf.function(lambda x: tf.tanh(x) * 2.0, jit_compile=True)(np.ones(64, np.float32))
+        print(numba.threading_layer(), machine_code_dir())
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
+    if env_layer:
+        env["NUMBA_THREADING_LAYER"] = env_layer
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    layer, path = out.stdout.split()
+    return layer, path
+
+
+def test__threading_layer__workqueue_by_default_and_machine_code_cached_per_layer() -> None:
+    default_layer, default_dir = _layer_and_cache_dir(None)
+    chosen_layer, chosen_dir = _layer_and_cache_dir("omp")
+    assert default_layer == "workqueue"
+    assert chosen_layer == "omp"
+    assert default_dir != chosen_dir
