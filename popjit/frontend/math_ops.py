@@ -387,12 +387,18 @@ def add_n(inputs: list[Any], name: str | None = None) -> Tensor:
 def softmax(logits: Any, axis: int = -1, name: str | None = None) -> Tensor:
     """``exp(x - max) / sum(exp(x - max))`` along ``axis``."""
     x = _t(logits)
-    e = exp(subtract(x, reduce_max(x, axis, keepdims=True)))
+    e = exp(subtract(x, _stable_shift(x, axis)))
     return truediv(e, reduce_sum(e, axis, keepdims=True))
 
 
 def log_softmax(logits: Any, axis: int = -1, name: str | None = None) -> Tensor:
     """``x - max - log(sum(exp(x - max)))`` along ``axis``."""
     x = _t(logits)
-    shifted = subtract(x, reduce_max(x, axis, keepdims=True))
+    shifted = subtract(x, _stable_shift(x, axis))
     return subtract(shifted, log(reduce_sum(exp(shifted), axis, keepdims=True)))
+
+
+def _stable_shift(x: Tensor, axis: int) -> Tensor:
+    """The max along ``axis``, subtracted for stability. Both softmaxes are invariant to it, so its
+    gradient is zero: stopping it spares the backward pass a reduction and three element-wise passes."""
+    return apply_op("stop_gradient", [reduce_max(x, axis, keepdims=True)])

@@ -92,3 +92,21 @@ def test_float_labels_for_sparse_loss_are_refused() -> None:
     with pytest.raises(InvalidArgumentError, match="labels must be int32 or int64"):
         tf.nn.sparse_softmax_cross_entropy_with_logits(labels=np.zeros(2, np.float32),
                                                        logits=np.zeros((2, 3), np.float32))
+
+
+def test_backward_of_the_softmaxes_does_not_differentiate_the_max_shift() -> None:
+    # the max subtracted for stability changes no value, so its gradient (an argmax mask) is never built
+    @tf.function(jit_compile=True)
+    def grads(x, y):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=x))
+            loss += tf.reduce_sum(tf.nn.softmax(x) * x)
+        return tape.gradient(loss, x)
+
+    x, y = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4), np.array([0, 3, 1], np.int32)
+    ops = [node.op for node in grads.get_concrete_function(tf.constant(x), tf.constant(y)).graph.walk()]
+    assert ops.count("reduce_max") == 2 and "equal" not in ops  # one per softmax, no argmax masks
+    s = np_softmax(x)
+    expected = s - np.eye(4)[y] + s * (x - (s * x).sum(-1, keepdims=True)) + s
+    np.testing.assert_allclose(grads(tf.constant(x), tf.constant(y)).numpy(), expected, rtol=1e-5, atol=1e-6)
