@@ -77,3 +77,21 @@ def test__swap_of_carried_values__keeps_both_copies_correct():
     outs, _ = interpret(p, [a, b])
     np.testing.assert_array_equal(outs[0], b)  # three swaps
     np.testing.assert_array_equal(outs[1], a)
+
+
+def test__row_at_a_run_time_index_feeding_two_matmuls__gathered_once():
+    # x = xs[i] is the operand of the forward matmul and of the weight gradient's: one copy, shared
+    def step(xs, w, i):
+        x = xs[i]
+        y = x @ w
+        return y, tf.matmul(x, y, transpose_a=True)
+
+    p = lowered(step, np.ones((5, 4, 3), np.float32), np.ones((3, 2), np.float32), np.int32(2))
+    gathers = [k for k in kernels(p) if "gather" in k.name]
+    assert len(gathers) == 1 and gathers[0].domain == (12,)
+    matmuls = [s for s in p.walk() if isinstance(s, MatMul)]
+    assert len(matmuls) == 2
+    xs, w = np.arange(60, dtype=np.float32).reshape(5, 4, 3), np.ones((3, 2), np.float32)
+    y, g = tf.function(step, jit_compile=True)(xs, w, tf.constant(2))
+    np.testing.assert_allclose(y.numpy(), xs[2] @ w)
+    np.testing.assert_allclose(g.numpy(), xs[2].T @ (xs[2] @ w))

@@ -20,6 +20,8 @@ from popjit.ops import registry
 
 MAX_FUSED_OPS = 48
 _FREE_KINDS = (registry.MOVEMENT, registry.SOURCE)
+# movements at a run-time position: no strided view of them exists, so a matmul copies them out
+_INDEXED = ("gather", "dynamic_slice")
 
 
 @dataclass
@@ -73,6 +75,8 @@ def plan_fusion(graph: Graph) -> FusionPlan:
     _producers(graph.region, producer)
     for v in graph.results:
         plan.mark(v.uid, "result")
+    matmul_uses = Counter(v.uid for node in graph.walk() if registry.get(node.op).kind == registry.MATMUL
+                          for v in node.inputs)
     fused_size: dict[int, int] = {}
     for node in graph.walk():
         op = registry.get(node.op)
@@ -88,6 +92,8 @@ def plan_fusion(graph: Graph) -> FusionPlan:
                 plan.mark(v.uid, "captured by a loop")
             elif counts[v.uid] > 1 and op.kind not in _FREE_KINDS:
                 plan.mark(v.uid, "multiple uses")
+            elif node.op in _INDEXED and matmul_uses[v.uid] > 1:
+                plan.mark(v.uid, "several matmul operands")  # each would copy it out again
             elif counts[v.uid] > 1:
                 _mark_through_movements(node, producer, counts, plan)
             elif size > MAX_FUSED_OPS:
