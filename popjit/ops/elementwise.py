@@ -460,9 +460,11 @@ VJPS: dict[str, Callable[..., list[Any]]] = {
     "reciprocal": _unary_vjp(lambda t, x, y, g: -g * y * y),
     "tanh": _unary_vjp(lambda t, x, y, g: g * (1.0 - y * y)),
     "sigmoid": _unary_vjp(lambda t, x, y, g: g * y * (1.0 - y)),
-    "relu": _unary_vjp(lambda t, x, y, g: _masked(t, x > 0.0, g)),
-    "relu6": _unary_vjp(lambda t, x, y, g: _masked(t, (x > 0.0) & (x < 6.0), g)),
-    "elu": _unary_vjp(lambda t, x, y, g: t.where(x > 0.0, g, g * (y + 1.0))),
+    # why: the relus' masks read the output (y > 0 exactly where x > 0, NaN included), so the
+    # pre-activation has one use and fuses into the relu instead of being kept for the backward pass
+    "relu": _unary_vjp(lambda t, x, y, g: _masked(t, y > 0.0, g)),
+    "relu6": _unary_vjp(lambda t, x, y, g: _masked(t, (y > 0.0) & (y < 6.0), g)),
+    "elu": _unary_vjp(lambda t, x, y, g: t.where(y > 0.0, g, g * (y + 1.0))),
     "gelu": _unary_vjp(_gelu_grad),
     "softplus": _unary_vjp(lambda t, x, y, g: g * t.sigmoid(x)),
     "sin": _unary_vjp(lambda t, x, y, g: g * t.cos(x)),

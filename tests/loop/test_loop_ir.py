@@ -95,3 +95,22 @@ def test__row_at_a_run_time_index_feeding_two_matmuls__gathered_once():
     y, g = tf.function(step, jit_compile=True)(xs, w, tf.constant(2))
     np.testing.assert_allclose(y.numpy(), xs[2] @ w)
     np.testing.assert_allclose(g.numpy(), xs[2].T @ (xs[2] @ w))
+
+
+def test__dense_relu_under_a_tape__bias_add_fuses_into_the_relu():
+    # relu's gradient mask reads its output, so the pre-activation has one use and is never stored
+    def step(x, w, b):
+        with tf.GradientTape() as tape:
+            tape.watch([w, b])
+            h = tf.nn.relu(x @ w + b)
+            loss = tf.reduce_sum(h * h)
+        return tape.gradient(loss, [w, b])
+
+    x, b = np.ones((4, 3), np.float32), np.zeros(2, np.float32)
+    w = np.linspace(-1, 1, 6, dtype=np.float32).reshape(3, 2)
+    names = [k.name for k in kernels(lowered(step, x, w, b))]
+    assert any("add_relu" in n for n in names) and not any(n.endswith("_add") for n in names), names
+    gw, gb = tf.function(step, jit_compile=True)(x, w, b)
+    h = np.maximum(x @ w + b, 0)
+    np.testing.assert_allclose(gw.numpy(), x.T @ (2 * h))
+    np.testing.assert_allclose(gb.numpy(), (2 * h).sum(0))
