@@ -11,6 +11,7 @@ import linecache
 import os
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _KERNELS_DIR = os.path.join(os.path.dirname(_PKG_DIR), "kernels")
@@ -50,9 +51,20 @@ def user_location(skip: int = 1) -> SourceLoc | None:
     while frame is not None:
         fn = frame.f_code.co_filename
         if not _is_library(fn):
-            return SourceLoc(fn, frame.f_lineno, frame.f_code.co_name)
+            return SourceLoc(fn, frame.f_lineno, _user_function_name(frame))
         frame = frame.f_back
     return None
+
+
+def _user_function_name(frame: Any) -> str:
+    """The user's name for the function running ``frame``: autograph runs loop and branch bodies as
+    generated ``_pj_*`` functions, so for those it is the name of the function that contains them."""
+    while frame is not None:
+        name = frame.f_code.co_name
+        if not name.startswith("_pj_") and not _is_library(frame.f_code.co_filename):
+            return name
+        frame = frame.f_back
+    return "<autograph>"
 
 
 def where(loc: SourceLoc | None = None) -> str:

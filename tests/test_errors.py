@@ -32,6 +32,18 @@ def test__shape_error__at_trace_time__names_user_line():
     assert f"{THIS_FILE}\", line {_line_of(f, 'the bad add')}" in msg
 
 
+def test__error_inside_a_loop_body__names_the_users_function_not_autographs():
+    def training_step(x):
+        for _ in tf.range(3):
+            x = x + tf.ones([4])  # the bad add in a loop
+        return x
+
+    with pytest.raises(errors.InvalidArgumentError) as e:
+        tf.function(training_step, jit_compile=True)(np.zeros(3, np.float32))
+    line = _line_of(training_step, "the bad add in a loop")
+    assert f"{THIS_FILE}\", line {line}, in training_step" in str(e.value)
+
+
 def test__dtype_mismatch__names_op_and_dtypes():
     def f(x, y):
         return tf.multiply(x, y)
