@@ -17,42 +17,44 @@ from .jit import codelet
 if HAVE_CBLAS:
 
     @codelet
-    def matmul_f32(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):
+    def matmul_f32(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta):
         lda = m if ta else k
         ldb = k if tb else n
         for i in range(batch):
-            cblas_sgemm(ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, np.float32(1.0),
-                        a[i * a_bs:].ctypes.data, lda, b[i * b_bs:].ctypes.data, ldb, np.float32(0.0),
+            cblas_sgemm(ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, np.float32(alpha),
+                        a[i * a_bs:].ctypes.data, lda, b[i * b_bs:].ctypes.data, ldb, np.float32(beta),
                         out[i * m * n:].ctypes.data, n)
         return 0
 
     @codelet
-    def matmul_f64(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):
+    def matmul_f64(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta):
         lda = m if ta else k
         ldb = k if tb else n
         for i in range(batch):
-            cblas_dgemm(ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, 1.0,
-                        a[i * a_bs:].ctypes.data, lda, b[i * b_bs:].ctypes.data, ldb, 0.0,
+            cblas_dgemm(ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, alpha,
+                        a[i * a_bs:].ctypes.data, lda, b[i * b_bs:].ctypes.data, ldb, beta,
                         out[i * m * n:].ctypes.data, n)
         return 0
 
 else:
 
     @codelet
-    def _mm_dot(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):
+    def _mm_dot(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta):
         for i in range(batch):
             am = a[i * a_bs:i * a_bs + m * k]
             bm = b[i * b_bs:i * b_bs + k * n]
             A = np.ascontiguousarray(am.reshape((k, m)).T) if ta else am.reshape((m, k))
             B = np.ascontiguousarray(bm.reshape((n, k)).T) if tb else bm.reshape((k, n))
-            out[i * m * n:(i + 1) * m * n] = np.dot(A, B).reshape(m * n)
+            rows = out[i * m * n:(i + 1) * m * n]
+            rows[:] = alpha * np.dot(A, B).reshape(m * n) + beta * rows
         return 0
 
     matmul_f32 = matmul_f64 = _mm_dot
 
 
 @codelet
-def matmul_int(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):
+def matmul_int(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta):
+    # alpha/beta: always 1 and 0 here (updates are folded into float matmuls only)
     for bi in range(batch):
         ao, bo, oo = bi * a_bs, bi * b_bs, bi * m * n
         for i in range(m):
@@ -67,7 +69,8 @@ def matmul_int(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):
 
 
 @codelet
-def matmul_f16(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):
+def matmul_f16(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta):
+    # alpha/beta: always 1 and 0 here (updates are folded into float32/float64 matmuls only)
     aw = np.empty(a.size, np.float32)
     bw = np.empty(b.size, np.float32)
     ow = np.empty(out.size, np.float32)
@@ -75,7 +78,7 @@ def matmul_f16(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs):
         aw[i] = f16_to_f32(a[i])
     for i in range(b.size):
         bw[i] = f16_to_f32(b[i])
-    matmul_f32(ow, aw, bw, batch, m, n, k, ta, tb, a_bs, b_bs)
+    matmul_f32(ow, aw, bw, batch, m, n, k, ta, tb, a_bs, b_bs, np.float32(1.0), np.float32(0.0))
     for i in range(out.size):
         out[i] = f32_to_f16(ow[i])
     return 0

@@ -35,6 +35,7 @@ GRAPH_PASSES: list[tuple[str, Callable[[Graph], Graph]]] = [
 LOOP_PASSES: list[tuple[str, Callable[[Program], Program]]] = [
     ("elide_copies", loop_passes.elide_copies),
     ("collapse_dims", loop_passes.collapse_dims),
+    ("fold_gemm_updates", loop_passes.fold_gemm_updates),
 ]
 
 

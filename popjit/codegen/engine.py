@@ -99,7 +99,8 @@ class _Emitter:
             self.library[fn] = "popjit.kernels.matmul"
             nums = [s.batch, s.m, s.n, s.k]
             args = [self.buf(s.out), self.buf(s.a), self.buf(s.b), *map(self.int, nums),
-                    str(bool(s.ta)), str(bool(s.tb)), self.int(s.a_batch_stride), self.int(s.b_batch_stride)]
+                    str(bool(s.ta)), str(bool(s.tb)), self.int(s.a_batch_stride), self.int(s.b_batch_stride),
+                    self.float(s.alpha), self.float(s.beta)]
             return [f"{pad}{fn}({', '.join(args)})  # {s.name}"]
         if isinstance(s, Copy):
             self.library["copy"] = "popjit.kernels.copy"

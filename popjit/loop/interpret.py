@@ -140,7 +140,11 @@ def run_matmul(m: MatMul, mem: Memory) -> None:
         bm = b[i * m.b_batch_stride:][: m.k * m.n].reshape((m.n, m.k) if m.tb else (m.k, m.n))
         am = am.T if m.ta else am
         bm = bm.T if m.tb else bm
-        out[i * m.m * m.n:(i + 1) * m.m * m.n] = (am.astype(acc) @ bm.astype(acc)).reshape(-1).astype(out.dtype)
+        prod = (am.astype(acc) @ bm.astype(acc)).reshape(-1)
+        rows = slice(i * m.m * m.n, (i + 1) * m.m * m.n)
+        if m.alpha != 1.0 or m.beta != 0.0:
+            prod = m.alpha * prod + m.beta * out[rows].astype(acc)
+        out[rows] = prod.astype(out.dtype)
 
 
 def run_block(stmts: Sequence[Stmt], mem: Memory) -> None:

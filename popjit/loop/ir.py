@@ -488,7 +488,9 @@ def _index_loads(ix: ILin) -> Iterator[Load]:
 
 @dataclass(eq=False)
 class MatMul(Stmt):
-    """``out[b] = op(a[b]) @ op(b[b])`` for each batch; ``op`` transposes when ``ta``/``tb``.
+    """``out[b] = alpha * op(a[b]) @ op(b[b]) + beta * out[b]`` for each batch; ``op`` transposes
+    when ``ta``/``tb``; ``alpha`` 1 and ``beta`` 0 unless an update was folded in
+    (:func:`popjit.loop.passes.fold_gemm_updates`).
 
     Operands are contiguous row-major matrices at ``batch * *_batch_stride`` (a stride of 0
     broadcasts one matrix over the batch).
@@ -506,9 +508,11 @@ class MatMul(Stmt):
     tb: bool
     a_batch_stride: int
     b_batch_stride: int
+    alpha: float = 1.0
+    beta: float = 0.0
 
     def reads(self) -> set[Buffer]:
-        return {self.a, self.b}
+        return {self.a, self.b} | ({self.out} if self.beta else set())
 
     def writes(self) -> set[Buffer]:
         return {self.out}

@@ -9,9 +9,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from popjit.loop.ir import (
+    Apply,
+    Const,
     Copy,
     Expr,
     IAtom,
@@ -26,6 +28,7 @@ from popjit.loop.ir import (
     IVar,
     Kernel,
     Load,
+    MatMul,
     Program,
     Reduce,
     Repeat,
@@ -234,4 +237,84 @@ def _elide_children(s: Stmt, read_counts: dict[int, int], program: Program) -> S
 
 def elide_copies(program: Program) -> Program:
     program.body = _elide_block(program.body, _all_reads(program.body), program)
+    return program
+
+
+# ----------------------------------------------------------------------------------------------
+# fold_gemm_updates: ``w = w - c * (A @ B)`` becomes one gemm, ``w = -c * A @ B + 1 * w``
+
+_FOLDABLE = ("float32", "float64")
+
+
+def _scaled_product(value: Expr, dst: Kernel | None, product_uid: int, dst_uid: int, i0: ILin) -> float | None:
+    """``c`` when ``value`` is ``dst[i0] - c * product[i0]`` (or ``+ c * product[i0]``: ``-c``)."""
+    if not isinstance(value, Apply) or value.op not in ("sub", "add") or len(value.args) != 2:
+        return None
+    first, second = value.args
+    if not (isinstance(first, Load) and first.buf.uid == dst_uid and first.index == i0):
+        return None
+    if not isinstance(second, Apply) or second.op != "mul":
+        return None
+    factors = second.args
+    consts = [f for f in factors if isinstance(f, Const)]
+    loads = [f for f in factors if isinstance(f, Load) and f.buf.uid == product_uid and f.index == i0]
+    if len(consts) != 1 or len(loads) != 1:
+        return None
+    c = float(consts[0].value)
+    return c if value.op == "sub" else -c
+
+
+def _fold_into(mm: MatMul, k: Stmt, read_counts: dict[int, int]) -> MatMul | None:
+    """The gemm that does ``mm`` and the update ``k`` at once, if ``k`` is such an update of ``mm.out``."""
+    if not isinstance(k, Kernel) or k.reduce is not None or len(k.stores) != 1:
+        return None
+    (store,) = k.stores
+    t, dst = mm.out, store.buf
+    i0 = ivar("i0")
+    if k.domain != (t.size,) or store.index != i0 or dst.size != t.size or dst.dtype != t.dtype:
+        return None
+    if t.kind != "temp" or read_counts.get(t.uid, 0) != 1 or dst.uid in (mm.a.uid, mm.b.uid, t.uid):
+        return None
+    c = _scaled_product(store.value, k, t.uid, dst.uid, i0)
+    if c is None:
+        return None
+    return MatMul(mm.name, dst, mm.a, mm.b, mm.batch, mm.m, mm.n, mm.k, mm.ta, mm.tb, mm.a_batch_stride,
+                  mm.b_batch_stride, alpha=-c, beta=1.0)
+
+
+def _fold_block(stmts: list[Stmt], read_counts: dict[int, int], program: Program) -> list[Stmt]:
+    out: list[Stmt | None] = [_map_children(s, lambda b: _fold_block(b, read_counts, program)) for s in stmts]
+    for i, mm in enumerate(out):
+        if not isinstance(mm, MatMul) or mm.alpha != 1.0 or mm.beta != 0.0 or mm.out.dtype.name not in _FOLDABLE:
+            continue
+        for j in range(i + 1, len(out)):
+            later = out[j]
+            if later is None:
+                continue
+            fused = _fold_into(mm, later, read_counts)
+            if fused is not None:
+                out[i], out[j] = None, fused  # the gemm moves to the update's place: its operands are unchanged
+                if mm.out in program.temps:
+                    program.temps.remove(mm.out)
+                break
+            if {mm.a.uid, mm.b.uid, mm.out.uid} & _writes(later) or mm.out.uid in _reads(later):
+                break
+    return [s for s in out if s is not None]
+
+
+def _map_children(s: Stmt, fn: Callable[[list[Stmt]], list[Stmt]]) -> Stmt:
+    if isinstance(s, Repeat):
+        return Repeat(s.count, fn(s.body))
+    if isinstance(s, While):
+        return While(fn(s.cond), s.pred, fn(s.body), s.max_iterations)
+    if isinstance(s, If):
+        return If(s.pred, fn(s.then), fn(s.orelse))
+    return s
+
+
+def fold_gemm_updates(program: Program) -> Program:
+    """Fold an element-wise ``w - c * P`` (an SGD step) into the gemm computing ``P`` when ``P`` is
+    read nowhere else: BLAS then accumulates into ``w`` (alpha ``-c``, beta 1), which saves a pass
+    over ``w`` and the buffer for ``P``."""
+    program.body = _fold_block(program.body, _all_reads(program.body), program)
     return program

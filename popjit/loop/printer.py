@@ -91,9 +91,11 @@ def format_stmts(stmts: list[Stmt], ind: str, out: list[str]) -> None:
         if isinstance(s, Kernel):
             _format_kernel(s, ind, out)
         elif isinstance(s, MatMul):
+            scale = f"{s.alpha!r} * " if s.alpha != 1.0 else ""
+            acc = f" + {s.beta!r} * {s.out.name}" if s.beta else ""
             out.append(
-                f"{ind}matmul {s.name} {s.out.name} = {s.a.name}{'.T' if s.ta else ''} @ {s.b.name}"
-                f"{'.T' if s.tb else ''}  batch={s.batch} m={s.m} n={s.n} k={s.k} "
+                f"{ind}matmul {s.name} {s.out.name} = {scale}{s.a.name}{'.T' if s.ta else ''} @ {s.b.name}"
+                f"{'.T' if s.tb else ''}{acc}  batch={s.batch} m={s.m} n={s.n} k={s.k} "
                 f"strides=({s.a_batch_stride},{s.b_batch_stride})"
             )
         elif isinstance(s, Copy):

@@ -114,3 +114,29 @@ def test__dense_relu_under_a_tape__bias_add_fuses_into_the_relu():
     h = np.maximum(x @ w + b, 0)
     np.testing.assert_allclose(gw.numpy(), x.T @ (2 * h))
     np.testing.assert_allclose(gb.numpy(), (2 * h).sum(0))
+
+
+def test__sgd_update_of_a_matmul_product__folded_into_the_gemm():
+    # w -= lr * x.T @ d: BLAS accumulates into w (alpha -lr, beta 1); no product buffer, no update pass
+    w0 = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    v, u = tf.Variable(w0), tf.Variable(w0)
+
+    def step(x):
+        for _ in tf.range(3):
+            v.assign_sub(0.5 * tf.matmul(x, tf.tanh(x @ v), transpose_a=True))
+            u.assign_add(tf.matmul(x, tf.tanh(x @ u), transpose_a=True) * 0.125)
+        return v.read_value(), u.read_value()
+
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) / 8
+    p = lowered(step, x)
+    folded = sorted((m.alpha, m.beta) for m in p.walk() if isinstance(m, MatMul) and m.beta)
+    assert folded == [(-0.5, 1.0), (0.125, 1.0)]
+    assert not any(k.domain == (12,) for k in kernels(p)), "no separate update kernels"
+    ev, eu = w0.astype(np.float64), w0.astype(np.float64)
+    for _ in range(3):
+        ev, eu = ev - 0.5 * x.T @ np.tanh(x @ ev), eu + 0.125 * x.T @ np.tanh(x @ eu)
+    interpreted, _ = interpret(p, [x], {b.binding: w0 for b in p.variables})
+    compiled = tf.function(step, jit_compile=True)(x)
+    for got in (interpreted, [t.numpy() for t in compiled]):
+        np.testing.assert_allclose(got[0], ev, rtol=1e-5)
+        np.testing.assert_allclose(got[1], eu, rtol=1e-5)
