@@ -13,6 +13,7 @@ kernels it was built from (Numba itself only watches the function's own file).
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,6 +27,7 @@ OPTIONS: dict[str, Any] = {"fastmath": set(FASTMATH), "error_model": "numpy", "b
                            "cache": True}
 
 
+@functools.lru_cache(maxsize=1)
 def threading_layer() -> str:
     """The Numba threading layer parallel codelets run on: ``NUMBA_THREADING_LAYER`` when set, else
     ``workqueue``.
@@ -33,7 +35,8 @@ def threading_layer() -> str:
     why: OpenMP's workers spin after each parallel codelet while OpenBLAS's threads start the next
     matmul, and the two pools fight over the cores (a training step alternates them ~10 times: 4.5x
     slower on 2 cores); workqueue's workers sleep. Machine code is built for one layer, so the layer
-    is part of the cache's fingerprint (loading code compiled for another one crashes).
+    is part of the cache's fingerprint (loading code compiled for another one crashes). Decided
+    once per process.
     """
     import os
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +21,22 @@ def device_view(array: np.ndarray, buf: Buffer) -> np.ndarray:
     flat = np.ascontiguousarray(array).reshape(-1)
     want = storage_dtype(buf.dtype)
     return flat if flat.dtype == want else flat.view(want)
+
+
+_ENGINE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _one_engine_at_a_time() -> Iterator[None]:
+    """Serialise engines under Numba's workqueue layer, which aborts the process when two threads
+    launch parallel code at once; other layers let engines from different threads overlap."""
+    from popjit.kernels.jit import threading_layer
+
+    if threading_layer() != "workqueue":
+        yield
+        return
+    with _ENGINE_LOCK:
+        yield
 
 
 @dataclass
@@ -50,7 +68,8 @@ class Executable:
         buffers += [device_view(fed[b.uid], b) for b in p.stream_in]
         buffers += [device_view(drained[b.uid], b) for b in p.stream_out]
         buffers += [np.empty(b.size, storage_dtype(b.dtype)) for b in p.temps]
-        self.engine(*buffers, self.engine_source.ints, self.engine_source.floats)
+        with _one_engine_at_a_time():
+            self.engine(*buffers, self.engine_source.ints, self.engine_source.floats)
         self.runs += 1
         if drained:
             streams.deliver_outputs(p, drained)

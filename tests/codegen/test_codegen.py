@@ -153,3 +153,29 @@ def test__threading_layer__workqueue_by_default_and_machine_code_cached_per_laye
     assert default_layer == "workqueue"
     assert chosen_layer == "omp"
     assert default_dir != chosen_dir
+
+
+def test__engines_run_from_two_threads_at_once__serialised_under_workqueue() -> None:
+    # Numba's workqueue layer aborts the process on concurrent parallel launches: popjit serialises them
+    code = textwrap.dedent("""
+        import threading, numpy as np
+        import popjit.tensorflow as tf
+        from popjit import config
+        with config.context(PARALLEL_MIN_ELEMENTS=1):
+            f = tf.function(lambda x: tf.tanh(x) * 2.0, jit_compile=True)
+            x = np.linspace(-1, 1, 4096).astype(np.float32)
+            f(x)
+            results = []
+            def work():
+                for _ in range(200):
+                    results.append(np.allclose(f(x).numpy(), np.tanh(x) * 2, atol=1e-6))
+            threads = [threading.Thread(target=work) for _ in range(4)]
+            [t.start() for t in threads]
+            [t.join() for t in threads]
+        import numba
+        print(numba.threading_layer(), len(results), all(results))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["workqueue", "800", "True"]
