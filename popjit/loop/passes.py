@@ -143,24 +143,24 @@ def collapse_kernel(k: Kernel) -> Kernel:
     return Kernel(k.name, tuple(dsizes), stores, reduce, k.ops)
 
 
-def _map_blocks(stmts: list[Stmt], fn: object) -> list[Stmt]:
-    out: list[Stmt] = []
-    for s in stmts:
-        if isinstance(s, Kernel):
-            out.append(fn(s))  # type: ignore[operator]
-        elif isinstance(s, Repeat):
-            out.append(Repeat(s.count, _map_blocks(s.body, fn)))
-        elif isinstance(s, While):
-            out.append(While(_map_blocks(s.cond, fn), s.pred, _map_blocks(s.body, fn), s.max_iterations))
-        elif isinstance(s, If):
-            out.append(If(s.pred, _map_blocks(s.then, fn), _map_blocks(s.orelse, fn)))
-        else:
-            out.append(s)
-    return out
+def _with_blocks(s: Stmt, fn: Callable[[list[Stmt]], list[Stmt]]) -> Stmt:
+    """``s`` rebuilt with ``fn`` applied to each of its child blocks (``s`` itself if it has none)."""
+    if isinstance(s, Repeat):
+        return Repeat(s.count, fn(s.body))
+    if isinstance(s, While):
+        return While(fn(s.cond), s.pred, fn(s.body), s.max_iterations)
+    if isinstance(s, If):
+        return If(s.pred, fn(s.then), fn(s.orelse))
+    return s
+
+
+def _map_kernels(stmts: list[Stmt], fn: Callable[[Kernel], Stmt]) -> list[Stmt]:
+    """``stmts`` with ``fn`` applied to every kernel, nested ones included."""
+    return [fn(s) if isinstance(s, Kernel) else _with_blocks(s, lambda b: _map_kernels(b, fn)) for s in stmts]
 
 
 def collapse_dims(program: Program) -> Program:
-    program.body = _map_blocks(program.body, collapse_kernel)
+    program.body = _map_kernels(program.body, collapse_kernel)
     return program
 
 
@@ -200,7 +200,7 @@ def _inplace_ok(k: Kernel, dst_uid: int) -> bool:
 
 
 def _elide_block(stmts: list[Stmt], read_counts: dict[int, int], program: Program) -> list[Stmt]:
-    stmts = [_elide_children(s, read_counts, program) for s in stmts]
+    stmts = [_with_blocks(s, lambda b: _elide_block(b, read_counts, program)) for s in stmts]
     out = list(stmts)
     for ci, c in enumerate(stmts):
         if not isinstance(c, Copy) or c.src.kind != "temp" or read_counts.get(c.src.uid, 0) != 1:
@@ -224,17 +224,6 @@ def _elide_block(stmts: list[Stmt], read_counts: dict[int, int], program: Progra
     return [s for s in out if s is not None]
 
 
-def _elide_children(s: Stmt, read_counts: dict[int, int], program: Program) -> Stmt:
-    if isinstance(s, Repeat):
-        return Repeat(s.count, _elide_block(s.body, read_counts, program))
-    if isinstance(s, While):
-        return While(_elide_block(s.cond, read_counts, program), s.pred, _elide_block(s.body, read_counts, program),
-                     s.max_iterations)
-    if isinstance(s, If):
-        return If(s.pred, _elide_block(s.then, read_counts, program), _elide_block(s.orelse, read_counts, program))
-    return s
-
-
 def elide_copies(program: Program) -> Program:
     program.body = _elide_block(program.body, _all_reads(program.body), program)
     return program
@@ -246,7 +235,7 @@ def elide_copies(program: Program) -> Program:
 _FOLDABLE = ("float32", "float64")
 
 
-def _scaled_product(value: Expr, dst: Kernel | None, product_uid: int, dst_uid: int, i0: ILin) -> float | None:
+def _scaled_product(value: Expr, product_uid: int, dst_uid: int, i0: ILin) -> float | None:
     """``c`` when ``value`` is ``dst[i0] - c * product[i0]`` (or ``+ c * product[i0]``: ``-c``)."""
     if not isinstance(value, Apply) or value.op not in ("sub", "add") or len(value.args) != 2:
         return None
@@ -275,7 +264,7 @@ def _fold_into(mm: MatMul, k: Stmt, read_counts: dict[int, int]) -> MatMul | Non
         return None
     if t.kind != "temp" or read_counts.get(t.uid, 0) != 1 or dst.uid in (mm.a.uid, mm.b.uid, t.uid):
         return None
-    c = _scaled_product(store.value, k, t.uid, dst.uid, i0)
+    c = _scaled_product(store.value, t.uid, dst.uid, i0)
     if c is None:
         return None
     return MatMul(mm.name, dst, mm.a, mm.b, mm.batch, mm.m, mm.n, mm.k, mm.ta, mm.tb, mm.a_batch_stride,
@@ -283,7 +272,7 @@ def _fold_into(mm: MatMul, k: Stmt, read_counts: dict[int, int]) -> MatMul | Non
 
 
 def _fold_block(stmts: list[Stmt], read_counts: dict[int, int], program: Program) -> list[Stmt]:
-    out: list[Stmt | None] = [_map_children(s, lambda b: _fold_block(b, read_counts, program)) for s in stmts]
+    out: list[Stmt | None] = [_with_blocks(s, lambda b: _fold_block(b, read_counts, program)) for s in stmts]
     for i, mm in enumerate(out):
         if not isinstance(mm, MatMul) or mm.alpha != 1.0 or mm.beta != 0.0 or mm.out.dtype.name not in _FOLDABLE:
             continue
@@ -300,16 +289,6 @@ def _fold_block(stmts: list[Stmt], read_counts: dict[int, int], program: Program
             if {mm.a.uid, mm.b.uid, mm.out.uid} & _writes(later) or mm.out.uid in _reads(later):
                 break
     return [s for s in out if s is not None]
-
-
-def _map_children(s: Stmt, fn: Callable[[list[Stmt]], list[Stmt]]) -> Stmt:
-    if isinstance(s, Repeat):
-        return Repeat(s.count, fn(s.body))
-    if isinstance(s, While):
-        return While(fn(s.cond), s.pred, fn(s.body), s.max_iterations)
-    if isinstance(s, If):
-        return If(s.pred, fn(s.then), fn(s.orelse))
-    return s
 
 
 def fold_gemm_updates(program: Program) -> Program:
