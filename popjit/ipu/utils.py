@@ -166,22 +166,23 @@ def _check_opts(opts: Any) -> IPUConfig:
     return opts
 
 
-def auto_select_ipus(opts: IPUConfig, num_ipus: int | list[int] | tuple[int, ...]) -> IPUConfig:
-    """Ask for devices by IPU count: an int (one device) or a list/tuple (one device per entry)."""
+def _select(opts: Any, option: str, value: int | list[int] | tuple[int, ...]) -> IPUConfig:
+    """Set ``auto_select_ipus`` or ``select_ipus`` once: devices are chosen one way only."""
     _check_opts(opts)
     if opts.auto_select_ipus or opts.select_ipus:
         raise IPUConfigError("IPU devices have already been configured.")
-    opts.auto_select_ipus = list(num_ipus) if isinstance(num_ipus, tuple) else num_ipus
+    setattr(opts, option, list(value) if isinstance(value, tuple) else value)
     return opts
+
+
+def auto_select_ipus(opts: IPUConfig, num_ipus: int | list[int] | tuple[int, ...]) -> IPUConfig:
+    """Ask for devices by IPU count: an int (one device) or a list/tuple (one device per entry)."""
+    return _select(opts, "auto_select_ipus", num_ipus)
 
 
 def select_ipus(opts: IPUConfig, indices: int | list[int] | tuple[int, ...]) -> IPUConfig:
     """Ask for devices by id (see :func:`popjit.ipu.config.virtual_device_ids`)."""
-    _check_opts(opts)
-    if opts.auto_select_ipus or opts.select_ipus:
-        raise IPUConfigError("IPU devices have already been configured.")
-    opts.select_ipus = list(indices) if isinstance(indices, tuple) else indices
-    return opts
+    return _select(opts, "select_ipus", indices)
 
 
 def set_ipu_model_options(opts: IPUConfig, compile_ipu_code: bool = True, tiles_per_ipu: int | None = None,

@@ -61,6 +61,16 @@ class OptimizerV2:
                              f"`global_clipnorm` {self.global_clipnorm}")
 
     # -- hyperparameters ---------------------------------------------------------------------------
+    def _set_learning_rate(self, learning_rate: Any, kwargs: dict[str, Any]) -> None:
+        """The ``learning_rate`` (or deprecated ``lr``) and ``decay`` hyperparameters every optimizer has."""
+        self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
+        self._set_hyper("decay", self._initial_decay)
+
+    def _learning_rate_config(self) -> dict[str, Any]:
+        """:meth:`get_config` of the base with ``learning_rate`` and ``decay``, which every optimizer adds."""
+        return {**OptimizerV2.get_config(self), "learning_rate": self._serialize_hyperparameter("learning_rate"),
+                "decay": self._initial_decay}
+
     def _set_hyper(self, name: str, value: Any) -> None:
         """Set a hyperparameter: a number (kept in a variable once created), a variable, or a schedule."""
         if name not in self._hyper:

@@ -28,8 +28,7 @@ class SGD(OptimizerV2):
     def __init__(self, learning_rate: Any = 0.01, momentum: Any = 0.0, nesterov: bool = False, name: str = "SGD",
                  **kwargs: Any) -> None:
         super().__init__(name, **kwargs)
-        self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
-        self._set_hyper("decay", self._initial_decay)
+        self._set_learning_rate(learning_rate, kwargs)
         self._momentum = _check_momentum(momentum)
         self._set_hyper("momentum", momentum)
         self.nesterov = bool(nesterov)
@@ -55,8 +54,7 @@ class SGD(OptimizerV2):
         var.assign_add(new * momentum - grad * lr if self.nesterov else new)
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "learning_rate": self._serialize_hyperparameter("learning_rate"),
-                "decay": self._initial_decay, "momentum": self._serialize_hyperparameter("momentum"),
+        return {**self._learning_rate_config(), "momentum": self._serialize_hyperparameter("momentum"),
                 "nesterov": self.nesterov}
 
 
@@ -67,8 +65,7 @@ class Adam(OptimizerV2):
     def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999, epsilon: float = 1e-7,
                  amsgrad: bool = False, name: str = "Adam", **kwargs: Any) -> None:
         super().__init__(name, **kwargs)
-        self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
-        self._set_hyper("decay", self._initial_decay)
+        self._set_learning_rate(learning_rate, kwargs)
         self._set_hyper("beta_1", beta_1)
         self._set_hyper("beta_2", beta_2)
         self.epsilon = epsilon or backend.epsilon()
@@ -108,8 +105,7 @@ class Adam(OptimizerV2):
         var.assign_sub(coefficients["lr"] * m_t / (tf.sqrt(v_t) + coefficients["epsilon"]))
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "learning_rate": self._serialize_hyperparameter("learning_rate"),
-                "decay": self._initial_decay, "beta_1": self._serialize_hyperparameter("beta_1"),
+        return {**self._learning_rate_config(), "beta_1": self._serialize_hyperparameter("beta_1"),
                 "beta_2": self._serialize_hyperparameter("beta_2"), "epsilon": self.epsilon, "amsgrad": self.amsgrad}
 
 
@@ -121,8 +117,7 @@ class RMSprop(OptimizerV2):
     def __init__(self, learning_rate: Any = 0.001, rho: Any = 0.9, momentum: Any = 0.0, epsilon: float = 1e-7,
                  centered: bool = False, name: str = "RMSprop", **kwargs: Any) -> None:
         super().__init__(name, **kwargs)
-        self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
-        self._set_hyper("decay", self._initial_decay)
+        self._set_learning_rate(learning_rate, kwargs)
         self._set_hyper("rho", rho)
         self._momentum = _check_momentum(momentum)
         self._set_hyper("momentum", momentum)
@@ -173,8 +168,7 @@ class RMSprop(OptimizerV2):
         var.assign_sub(c["lr_t"] * grad / (tf.sqrt(denom) + c["epsilon"]))
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "learning_rate": self._serialize_hyperparameter("learning_rate"),
-                "decay": self._initial_decay, "rho": self._serialize_hyperparameter("rho"),
+        return {**self._learning_rate_config(), "rho": self._serialize_hyperparameter("rho"),
                 "momentum": self._serialize_hyperparameter("momentum"), "epsilon": self.epsilon,
                 "centered": self.centered}
 
@@ -188,8 +182,7 @@ class Adagrad(OptimizerV2):
         if initial_accumulator_value < 0.0:
             raise ValueError(f"initial_accumulator_value must be non-negative: {initial_accumulator_value}")
         super().__init__(name, **kwargs)
-        self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
-        self._set_hyper("decay", self._initial_decay)
+        self._set_learning_rate(learning_rate, kwargs)
         self._initial_accumulator_value = float(initial_accumulator_value)
         self.epsilon = epsilon or backend.epsilon()
 
@@ -208,8 +201,7 @@ class Adagrad(OptimizerV2):
         var.assign_sub(coefficients["lr_t"] * grad / (tf.sqrt(acc_t) + coefficients["epsilon"]))
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "learning_rate": self._serialize_hyperparameter("learning_rate"),
-                "decay": self._initial_decay, "initial_accumulator_value": self._initial_accumulator_value,
+        return {**self._learning_rate_config(), "initial_accumulator_value": self._initial_accumulator_value,
                 "epsilon": self.epsilon}
 
 
