@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,17 +26,12 @@ def device_view(array: np.ndarray, buf: Buffer) -> np.ndarray:
 _ENGINE_LOCK = threading.Lock()
 
 
-@contextlib.contextmanager
-def _one_engine_at_a_time() -> Iterator[None]:
+def _engine_guard() -> contextlib.AbstractContextManager:
     """Serialise engines under Numba's workqueue layer, which aborts the process when two threads
     launch parallel code at once; other layers let engines from different threads overlap."""
     from popjit.kernels.jit import threading_layer
 
-    if threading_layer() != "workqueue":
-        yield
-        return
-    with _ENGINE_LOCK:
-        yield
+    return _ENGINE_LOCK if threading_layer() == "workqueue" else contextlib.nullcontext()
 
 
 @dataclass
@@ -68,7 +63,7 @@ class Executable:
         buffers += [device_view(fed[b.uid], b) for b in p.stream_in]
         buffers += [device_view(drained[b.uid], b) for b in p.stream_out]
         buffers += [np.empty(b.size, storage_dtype(b.dtype)) for b in p.temps]
-        with _one_engine_at_a_time():
+        with _engine_guard():
             self.engine(*buffers, self.engine_source.ints, self.engine_source.floats)
         self.runs += 1
         if drained:
