@@ -11,9 +11,8 @@ from pathlib import Path
 from types import ModuleType
 
 import popjit.tensorflow as tf
-from popjit import ipu
+from popjit import flags, ipu
 from popjit.ops import all_ops
-from popjit.runtime import flags
 
 OUT = Path(__file__).with_name("reference.md")
 NAMESPACES = ["tf", "tf.math", "tf.nn", "tf.linalg", "tf.random", "tf.bitwise", "tf.nest", "tf.autograph",

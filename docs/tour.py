@@ -13,8 +13,7 @@ import numpy as np
 import popjit.tensorflow as tf
 from popjit.graph.interpret import interpret as run_graph
 from popjit.loop.interpret import interpret as run_loop
-from popjit.pipeline import lower_graph, optimize_graph
-from popjit.runtime.cache import compile_cached
+from popjit.pipeline import compile_cached, lower_graph, optimize_graph
 from popjit.schedule import make_target
 
 

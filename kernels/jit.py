@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
+import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import popjit
 from popjit import config
+from popjit.flags import poplar_flags
 
 # why: no ``arcp``. It lets LLVM turn ``x / y`` into ``x * (1 / y)`` (not correctly rounded:
 # ``floordiv`` by a broadcast scalar came out off by one), ``1 / sqrt(x)`` into the rsqrt estimate
@@ -38,8 +43,6 @@ def threading_layer() -> str:
     is part of the cache's fingerprint (loading code compiled for another one crashes). Decided
     once per process.
     """
-    import os
-
     from numba.core import config as numba_config
     from numba.np.ufunc import parallel
 
@@ -52,12 +55,37 @@ def threading_layer() -> str:
     return chosen
 
 
+def cache_root() -> Path:
+    """The persistent cache: ``TF_POPLAR_FLAGS=--executable_cache_path=DIR`` if given (as in Graphcore's
+    SDK, created if missing), else ``POPJIT_CACHE_DIR``."""
+    return Path(poplar_flags().executable_cache_path or config.get("CACHE_DIR")).expanduser()
+
+
+#: The sources whose text decides the machine code of codelets: this package and the code generator.
+_CODEGEN_DIR = Path(popjit.__file__).parent / "codegen"
+
+
+@functools.lru_cache(maxsize=1)
+def fingerprint() -> str:
+    """A hash of the kernel and code-generator sources, the Numba version and the threading layer."""
+    import numba
+
+    h = hashlib.sha256(f"{numba.__version__} {threading_layer()}".encode())
+    sources = sorted(Path(__file__).parent.glob("*.py")) + [_CODEGEN_DIR / "render.py", _CODEGEN_DIR / "engine.py"]
+    for path in sources:
+        h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def machine_code_dir() -> Path:
+    """Where Numba keeps compiled machine code for popjit's codelets (this popjit/Numba version)."""
+    return cache_root() / f"gen-{fingerprint()}" / "numba"
+
+
 @contextlib.contextmanager
 def _machine_code_cache() -> Iterator[None]:
     """Point Numba's cache at popjit's fingerprinted directory while a codelet is decorated."""
     from numba.core import config as numba_config
-
-    from popjit.codegen.compile import machine_code_dir
 
     saved = numba_config.CACHE_DIR
     numba_config.CACHE_DIR = str(machine_code_dir())

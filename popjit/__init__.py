@@ -5,6 +5,7 @@
     from popjit import ipu, tf_function         # short forms; tf_function is tf.function
 
 Pipeline: frontend (trace) → graph IR → passes → loop IR → tile schedule → Numba codegen → engine.
+The layers, bottom to top, are listed in ``docs/pipeline.md``; ``tests/test_layers.py`` enforces them.
 """
 
 import os as _os
@@ -15,7 +16,19 @@ _root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 if _os.path.isfile(_os.path.join(_root, "kernels", "__init__.py")) and _root not in __path__:
     __path__.append(_root)
 
-from popjit import ipu  # noqa: E402, F401
-from popjit.frontend.function import function as tf_function  # noqa: E402, F401
-
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    if name == "ipu":
+        # why: importing any popjit module first runs this package's __init__; importing the top layers
+        # here would make `import popjit.errors` load all of popjit. The short forms load on first use.
+        import popjit.ipu
+
+        return popjit.ipu
+    if name == "tf_function":
+        # why: as for `ipu` above
+        from popjit.frontend.function import function
+
+        return function
+    raise AttributeError(f"module 'popjit' has no attribute {name!r}")

@@ -25,7 +25,11 @@ from typing import Any
 import numpy as np
 
 import popjit
-from popjit import config, errors
+from popjit import config, errors, runner
+from popjit.flags import poplar_flags
+from popjit.kernels.jit import cache_root, fingerprint
+from popjit.runtime import device as devices
+from popjit.schedule.target import make_target
 
 NOT_IMPLEMENTED_STATUS = 2
 VERSION_NAMES = {"ipu1": "GC2, Mk1", "ipu2": "GC200, Mk2"}
@@ -64,8 +68,6 @@ def describe_target(target: Any) -> list[str]:
 
 
 def _ipu_model_text() -> str:
-    from popjit.runtime.flags import poplar_flags
-
     if poplar_flags().use_ipu_model:
         return "on (TF_POPLAR_FLAGS has --use_ipu_model: out-of-memory is a warning, not an error)"
     return "off (out-of-memory is a compile error; TF_POPLAR_FLAGS=--use_ipu_model makes it a warning)"
@@ -73,9 +75,6 @@ def _ipu_model_text() -> str:
 
 def describe_system(version: str = "ipu2", tiles_per_ipu: int = 0) -> str:
     """The virtual system: the configured devices if this process configured any, else the default model."""
-    from popjit.runtime import device as devices
-    from popjit.schedule.target import make_target
-
     num_ipus = config.get("NUM_IPUS")
     env = config.SETTINGS["NUM_IPUS"].env
     source = f"{env}={os.environ[env]}" if os.environ.get(env) else f"the default; set {env} to change it"
@@ -250,17 +249,8 @@ class CacheEntry:
     size: int
 
 
-def cache_root() -> Path:
-    """The on-disk cache directory (``--executable_cache_path`` in TF_POPLAR_FLAGS, else ``POPJIT_CACHE_DIR``)."""
-    from popjit.codegen import compile as codegen_compile
-
-    return codegen_compile.cache_root()
-
-
 def _current_generation() -> str:
-    from popjit.codegen import compile as codegen_compile
-
-    return f"gen-{codegen_compile._kernels_fingerprint()}"
+    return f"gen-{fingerprint()}"
 
 
 def cache_entries(root: Path) -> list[CacheEntry]:
@@ -313,8 +303,6 @@ def cmd_cache_clear(args: argparse.Namespace) -> int:
 
 def cmd_run(argv: Sequence[str]) -> int:
     """``popjit run``: see :mod:`popjit.runner`. The program's own exceptions and exits propagate."""
-    from popjit import runner
-
     return runner.main(argv)
 
 

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
 from typing import Any
 
-from popjit.tensorflow.python._alias import AliasFinder
+from popjit import config
+from popjit.aliases import AliasFinder
 
 USAGE = "usage: popjit run [-h] (SCRIPT | -m MODULE | -c CODE) [ARGS ...]"
 HELP = f"""{USAGE}
@@ -320,9 +321,9 @@ RUNNERS: dict[str, Callable[[str, Sequence[str]], None]] = {
 
 def seed_the_program() -> None:
     """``POPJIT_SEED=N``: the program starts as if its first line were ``tf.random.set_seed(N)``."""
-    from popjit import config
-
     if config.SEED is not None:
+        # why: the frontend loads only when POPJIT_SEED asks for it, so `popjit run` itself imports no
+        # more of popjit than the program does
         from popjit.frontend.random_ops import set_seed
 
         set_seed(config.SEED)

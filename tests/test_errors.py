@@ -11,7 +11,7 @@ import pytest
 import popjit.tensorflow as tf
 from popjit import errors
 from popjit.frontend.control_flow import for_range
-from popjit.runtime import cache
+from popjit.pipeline import cache
 
 THIS_FILE = __file__.rsplit("/", 1)[-1]
 

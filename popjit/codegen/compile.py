@@ -3,14 +3,14 @@
 Each codelet and each engine is written to its own module file under the cache directory, named
 by the hash of its source, and compiled with Numba's on-disk cache in ``gen-<fingerprint>/numba``:
 a later process (or a program that differs only in sizes) loads the machine code instead of
-compiling. The fingerprint hashes popjit's kernel sources, the code generator, the Numba version
-and its threading layer, so an upgrade or an edit never loads stale machine code.
+compiling. The fingerprint (:func:`popjit.kernels.jit.fingerprint`) hashes popjit's kernel sources, the code
+generator, the Numba version and its threading layer, so an upgrade or an edit never loads stale
+machine code.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib
 import os
 import sys
@@ -20,45 +20,17 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import numba
-
 from popjit import config
 from popjit.codegen.engine import EngineSource
 from popjit.codegen.render import HEADER, PARALLEL, SERIAL, Rendered
+from popjit.kernels.jit import cache_root, fingerprint
 
 PACKAGE = "popjit_gen"
 
 
-@functools.lru_cache(maxsize=1)
-def _kernels_fingerprint() -> str:
-    import popjit.codegen.engine as engine_mod
-    import popjit.codegen.render as render_mod
-    import popjit.kernels as kernels
-    from popjit.kernels.jit import threading_layer
-
-    h = hashlib.sha256(f"{numba.__version__} {threading_layer()}".encode())
-    kdir = Path(kernels.__file__).parent
-    for path in sorted(kdir.glob("*.py")) + [Path(render_mod.__file__), Path(engine_mod.__file__)]:
-        h.update(path.read_bytes())
-    return h.hexdigest()[:12]
-
-
-def cache_root() -> Path:
-    """The persistent cache: ``TF_POPLAR_FLAGS=--executable_cache_path=DIR`` if given (as in Graphcore's
-    SDK, created if missing), else ``POPJIT_CACHE_DIR``."""
-    from popjit.runtime.flags import poplar_flags
-
-    return Path(poplar_flags().executable_cache_path or config.get("CACHE_DIR")).expanduser()
-
-
-def machine_code_dir() -> Path:
-    """Where Numba keeps compiled machine code for popjit's codelets (this popjit/Numba version)."""
-    return cache_root() / f"gen-{_kernels_fingerprint()}" / "numba"
-
-
 def generated_dir() -> Path:
     """The directory holding generated modules (one per popjit/Numba version)."""
-    root = cache_root() / f"gen-{_kernels_fingerprint()}"
+    root = cache_root() / f"gen-{fingerprint()}"
     pkg = root / PACKAGE
     if not (pkg / "__init__.py").exists():
         pkg.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ import numpy as np
 from popjit import config, dtypes
 from popjit.codegen.render import Rendered, render_kernel
 from popjit.dtypes import DType
-from popjit.loop.ir import Buffer, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, While
+from popjit.ir.loop import Buffer, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, While
 
 
 @dataclass

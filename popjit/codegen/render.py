@@ -18,7 +18,7 @@ from typing import Any
 
 from popjit import dtypes
 from popjit.dtypes import DType
-from popjit.loop.ir import (
+from popjit.ir.loop import (
     Apply,
     Buffer,
     Const,
@@ -30,7 +30,7 @@ from popjit.loop.ir import (
     Kernel,
     Load,
 )
-from popjit.loop.printer import format_index
+from popjit.ir.loop_printer import format_index
 from popjit.ops import registry
 
 HEADER = """import numpy as np

@@ -12,15 +12,17 @@ from typing import Any
 
 import numpy as np
 
+from popjit import context
 from popjit.data.core import INFINITE, UNKNOWN, ChunkIter, RAIter, RandomAccess
+from popjit.data.iterator import HostIterator, NumpyIterator
+from popjit.data.options import Options
 from popjit.data.structure import Structure
-from popjit.errors import InvalidArgumentError
+from popjit.errors import InvalidArgumentError, missing_api
+from popjit.frontend.tensor import Tensor
 
 
 def scalar_arg(value: Any, name: str) -> int:
     """An integer argument given as a Python int, NumPy scalar or eager tensor."""
-    from popjit.frontend.tensor import Tensor
-
     if isinstance(value, Tensor):
         value = value.numpy()
     arr = np.asarray(value)
@@ -57,126 +59,92 @@ class Dataset:
     @staticmethod
     def from_tensor_slices(tensors: Any, name: str | None = None) -> Dataset:
         """One element per row of ``tensors`` (a tensor, array, list, or tuple/dict nest of them)."""
-        from popjit.data.sources import TensorSlicesDataset
-
-        return TensorSlicesDataset(tensors)
+        return sources.TensorSlicesDataset(tensors)
 
     @staticmethod
     def from_tensors(tensors: Any, name: str | None = None) -> Dataset:
         """A dataset of one element, ``tensors``."""
-        from popjit.data.sources import TensorsDataset
-
-        return TensorsDataset(tensors)
+        return sources.TensorsDataset(tensors)
 
     @staticmethod
     def range(*args: Any, output_type: Any = None, name: str | None = None) -> Dataset:
         """``range(stop)``, ``range(start, stop[, step])`` as int64 scalars (or ``output_type``)."""
-        from popjit.data.sources import RangeDataset
-
-        return RangeDataset(*[scalar_arg(a, "range argument") for a in args], output_type=output_type)
+        return sources.RangeDataset(*[scalar_arg(a, "range argument") for a in args], output_type=output_type)
 
     @staticmethod
     def zip(*args: Any, datasets: Any = None, name: str | None = None) -> Dataset:
         """Elements of several datasets side by side: ``zip((a, b))``, ``zip(a, b)`` or a dict."""
-        from popjit.data.transforms import ZipDataset
-
         if datasets is None:
             if not args:
                 raise TypeError("Dataset.zip() needs at least one dataset")
             datasets = args[0] if len(args) == 1 else tuple(args)
-        return ZipDataset(datasets)
+        return transforms.ZipDataset(datasets)
 
     @staticmethod
     def from_generator(generator: Callable, output_types: Any = None, output_shapes: Any = None,
                        args: Any = None, output_signature: Any = None, name: str | None = None) -> Dataset:
         """Elements produced by a Python generator function (called anew for each pass)."""
-        from popjit.data.sources import GeneratorDataset
-
-        return GeneratorDataset(generator, output_types, output_shapes, args, output_signature)
+        return sources.GeneratorDataset(generator, output_types, output_shapes, args, output_signature)
 
     # -- transformations -------------------------------------------------------------------------
     def map(self, map_func: Callable, num_parallel_calls: Any = None, deterministic: Any = None,
             name: str | None = None) -> Dataset:
         """Apply ``map_func`` to every element; it is traced once and run on whole chunks when it can be."""
-        from popjit.data.mapping import MapDataset
-
-        return MapDataset(self, map_func)
+        return mapping.MapDataset(self, map_func)
 
     def filter(self, predicate: Callable, name: str | None = None) -> Dataset:
         """Keep the elements for which ``predicate`` returns a true scalar bool."""
-        from popjit.data.mapping import FilterDataset
-
-        return FilterDataset(self, predicate)
+        return mapping.FilterDataset(self, predicate)
 
     def batch(self, batch_size: Any, drop_remainder: bool = False, num_parallel_calls: Any = None,
               deterministic: Any = None, name: str | None = None) -> Dataset:
         """Stack ``batch_size`` consecutive elements; the last batch may be smaller unless ``drop_remainder``."""
-        from popjit.data.transforms import BatchDataset
-
         size = scalar_arg(batch_size, "batch_size")
         if size <= 0:
             raise InvalidArgumentError(f"Batch size must be greater than zero, got {size}.")
-        return BatchDataset(self, size, bool(drop_remainder))
+        return transforms.BatchDataset(self, size, bool(drop_remainder))
 
     def unbatch(self, name: str | None = None) -> Dataset:
         """Split every element along its first dimension (the inverse of ``batch``)."""
-        from popjit.data.transforms import UnbatchDataset
-
-        return UnbatchDataset(self)
+        return transforms.UnbatchDataset(self)
 
     def shuffle(self, buffer_size: Any, seed: Any = None, reshuffle_each_iteration: bool | None = None,
                 name: str | None = None) -> Dataset:
         """Randomly order elements through a buffer of ``buffer_size`` (see :mod:`popjit.data.shuffle`)."""
-        from popjit.data.shuffle import ShuffleDataset
-
         size = scalar_arg(buffer_size, "buffer_size")
         if size <= 0:
             raise InvalidArgumentError(f"buffer_size must be greater than zero, got {size}.")
         reshuffle = True if reshuffle_each_iteration is None else bool(reshuffle_each_iteration)
-        return ShuffleDataset(self, size, None if seed is None else scalar_arg(seed, "seed"), reshuffle)
+        return shuffle.ShuffleDataset(self, size, None if seed is None else scalar_arg(seed, "seed"), reshuffle)
 
     def repeat(self, count: Any = None, name: str | None = None) -> Dataset:
         """Repeat the elements ``count`` times (forever when ``count`` is None or -1)."""
-        from popjit.data.transforms import RepeatDataset
-
         n = -1 if count is None else scalar_arg(count, "count")
-        return RepeatDataset(self, n)
+        return transforms.RepeatDataset(self, n)
 
     def take(self, count: Any, name: str | None = None) -> Dataset:
         """The first ``count`` elements (all of them when ``count`` is -1)."""
-        from popjit.data.transforms import TakeDataset
-
-        return TakeDataset(self, scalar_arg(count, "count"))
+        return transforms.TakeDataset(self, scalar_arg(count, "count"))
 
     def skip(self, count: Any, name: str | None = None) -> Dataset:
         """All but the first ``count`` elements (none when ``count`` is -1)."""
-        from popjit.data.transforms import SkipDataset
-
-        return SkipDataset(self, scalar_arg(count, "count"))
+        return transforms.SkipDataset(self, scalar_arg(count, "count"))
 
     def prefetch(self, buffer_size: Any = None, name: str | None = None) -> Dataset:
         """Accepted for compatibility: popjit's infeed already reads a whole execution's batches at once."""
-        from popjit.data.transforms import PassThroughDataset
-
-        return PassThroughDataset(self, "PrefetchDataset")
+        return transforms.PassThroughDataset(self, "PrefetchDataset")
 
     def cache(self, filename: str = "", name: str | None = None) -> Dataset:
         """Keep the elements of the first complete pass in memory and replay them afterwards."""
-        from popjit.data.transforms import CacheDataset
-
-        return CacheDataset(self, filename)
+        return transforms.CacheDataset(self, filename)
 
     def enumerate(self, start: Any = 0, name: str | None = None) -> Dataset:
         """Pairs ``(i, element)`` with an int64 counter ``i`` starting at ``start``."""
-        from popjit.data.sources import CounterDataset
-
-        return Dataset.zip((CounterDataset(scalar_arg(start, "start")), self))
+        return Dataset.zip((sources.CounterDataset(scalar_arg(start, "start")), self))
 
     def concatenate(self, dataset: Dataset, name: str | None = None) -> Dataset:
         """The elements of this dataset followed by those of ``dataset``."""
-        from popjit.data.transforms import ConcatenateDataset
-
-        return ConcatenateDataset(self, dataset)
+        return transforms.ConcatenateDataset(self, dataset)
 
     def apply(self, transformation_func: Callable[[Dataset], Dataset]) -> Dataset:
         """``transformation_func(self)``."""
@@ -184,16 +152,12 @@ class Dataset:
 
     def with_options(self, options: Any, name: str | None = None) -> Dataset:
         """Accepted for compatibility; the options are kept but do not change popjit's pipeline."""
-        from popjit.data.transforms import PassThroughDataset
-
-        ds = PassThroughDataset(self, "OptionsDataset")
+        ds = transforms.PassThroughDataset(self, "OptionsDataset")
         ds._options = options
         return ds
 
     def options(self) -> Any:
         """The options set by :meth:`with_options` (default ``tf.data.Options()``)."""
-        from popjit.data.options import Options
-
         ds: Any = self
         while ds is not None:
             opts = getattr(ds, "_options", None)
@@ -210,8 +174,6 @@ class Dataset:
 
     def cardinality(self) -> Any:
         """The number of elements as an int64 scalar tensor: -1 infinite, -2 unknown."""
-        from popjit.frontend.tensor import Tensor
-
         return Tensor.eager(np.array(self._cardinality(), dtype=np.int64))
 
     def __len__(self) -> int:
@@ -228,7 +190,6 @@ class Dataset:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        from popjit.errors import missing_api
 
         raise missing_api("tf.data.Dataset", name)
 
@@ -240,30 +201,23 @@ class Dataset:
     def __iter__(self) -> Any:
         """An iterator yielding eager tensors (also the infeed's host iterator); inside
         ``IPUStrategy.scope()`` an infeed iterator whose ``next()`` a compiled program dequeues."""
-        from popjit.ipu.ipu_strategy import current_strategy
-
-        strategy = current_strategy()
+        strategy = context.current_strategy()
         if strategy is not None and strategy.enable_dataset_iterators:
-            from popjit.ipu.ipu_infeed_queue import IPUOwnedIterator
-
-            return IPUOwnedIterator(self)
+            return strategy.dataset_iterator(self)
         return self._make_host_iterator()
 
     def _make_host_iterator(self) -> Any:
         """A new :class:`~popjit.data.iterator.HostIterator` over this dataset."""
-        from popjit.data.iterator import HostIterator
-
         return HostIterator(self)
 
     def as_numpy_iterator(self) -> Iterator[Any]:
         """An iterator yielding each element as NumPy values in the element's structure."""
-        from popjit.data.iterator import NumpyIterator
-
         return NumpyIterator(self._make_host_iterator())
 
     def take_while(self, predicate: Callable, name: str | None = None) -> Dataset:
         """The elements before the first one for which ``predicate`` is false."""
-        from popjit.data.mapping import FilterDataset
+        return mapping.FilterDataset(self, predicate, stop_at_first_false=True)
 
-        return FilterDataset(self, predicate, stop_at_first_false=True)
 
+# why: these modules subclass Dataset (they import this one), so they load once it is defined.
+from popjit.data import mapping, shuffle, sources, transforms  # noqa: E402

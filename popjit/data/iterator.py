@@ -30,6 +30,8 @@ import numpy as np
 from popjit.data.core import Reader
 from popjit.data.structure import Chunk, chunk_len, concat_chunks
 from popjit.errors import InvalidArgumentError
+from popjit.frontend.tensor import Tensor
+from popjit.frontend.tracing import current_trace
 
 _READAHEAD_BYTES = 4 << 20
 _READAHEAD_MAX = 256
@@ -61,8 +63,6 @@ def set_trace_hook(hook: Callable[[HostIterator], Any] | None) -> None:
 
 
 def _tracing() -> bool:
-    from popjit.frontend.tracing import current_trace
-
     return current_trace() is not None
 
 
@@ -135,7 +135,6 @@ class HostIterator:
     def __next__(self) -> Any:
         if _tracing():
             return _trace_hook(self)
-        from popjit.frontend.tensor import Tensor
 
         leaves = self._next_leaves()
         return self._structure.pack([Tensor.eager(a, _HOST) for a in leaves])

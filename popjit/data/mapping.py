@@ -27,16 +27,17 @@ from popjit.data.core import UNKNOWN, ChunkIter, RAIter, RandomAccess
 from popjit.data.dataset import Dataset
 from popjit.data.structure import Chunk, Structure, chunk_len, merge_shapes
 from popjit.data.vectorize import run_batched, unsafe_reason
+from popjit.frontend.autograph import convert
+from popjit.frontend.convert import convert_to_tensor
 from popjit.frontend.function import Function, TensorSpec
+from popjit.frontend.tensor import Tensor
+from popjit.frontend.variables import VARIABLES
 from popjit.graph.interpret import interpret
-from popjit.graph.ir import Graph
+from popjit.ir.graph import Graph
 
 
 def _normalise_output(value: Any) -> Any:
     """Lists become tuples and Python values tensors, as ``tf.data`` does with a function's result."""
-    from popjit.frontend.convert import convert_to_tensor
-    from popjit.frontend.tensor import Tensor
-
     if value is None:
         raise TypeError("A tf.data function returned None; it must return a tensor or a structure of tensors.")
     if isinstance(value, list):
@@ -51,8 +52,6 @@ def _normalise_output(value: Any) -> Any:
 
 
 def _autograph(fn: Callable) -> Callable:
-    from popjit.frontend.autograph import convert
-
     try:
         return convert(fn)
     except Exception:  # why: a function autograph cannot convert still runs as written
@@ -77,8 +76,6 @@ class Traced:
 
 
 def _variables(graph: Graph) -> dict[int, np.ndarray]:
-    from popjit.frontend.variables import VARIABLES
-
     return {vid: VARIABLES[vid]._buffer for vid in graph.variables if vid in VARIABLES}
 
 
@@ -137,8 +134,6 @@ class ElementFunction:
         return self._per_element(traced, chunk, k)
 
     def _per_element(self, traced: Traced, chunk: Chunk, k: int) -> Chunk:
-        from popjit.frontend.variables import VARIABLES
-
         rows = []
         for i in range(k):
             outs, updates = interpret(traced.graph, [a[i] for a in chunk], _variables(traced.graph))

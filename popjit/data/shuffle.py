@@ -39,6 +39,7 @@ import numpy as np
 from popjit.data.core import ChunkIter, RandomAccess, Reader
 from popjit.data.dataset import Dataset
 from popjit.data.structure import Chunk, chunk_len, same_shapes
+from popjit.frontend.random_ops import get_seed
 
 _MASK64 = (1 << 64) - 1
 
@@ -229,8 +230,6 @@ class ShuffleDataset(Dataset):
     """``Dataset.shuffle`` (see the module docstring for the rule and the seeds)."""
 
     def __init__(self, input: Dataset, buffer_size: int, seed: int | None, reshuffle: bool) -> None:
-        from popjit.frontend.random_ops import get_seed
-
         self._input = input
         self._buffer_size = buffer_size
         self._reshuffle = reshuffle

@@ -21,8 +21,10 @@ import numpy as np
 from popjit import dtypes
 from popjit.errors import InvalidArgumentError
 from popjit.frontend import nest
+from popjit.frontend.convert import convert_to_tensor
 from popjit.frontend.function import TensorSpec
 from popjit.frontend.tensor import Tensor
+from popjit.frontend.variables import Variable
 
 Chunk = list[np.ndarray]
 
@@ -76,9 +78,6 @@ def merge_shapes(a: tuple[int | None, ...], b: tuple[int | None, ...]) -> tuple[
 
 def _leaf_array(value: Any) -> np.ndarray:
     """A leaf value as an array with TensorFlow's dtype rules (Python floats float32, ints int32)."""
-    from popjit.frontend.convert import convert_to_tensor
-    from popjit.frontend.variables import Variable
-
     if isinstance(value, Variable):
         value = value.read_value()
     if isinstance(value, Tensor):

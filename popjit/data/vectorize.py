@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from popjit.graph.ir import Graph, Node
+from popjit.ir.graph import Graph, Node
 from popjit.ops import registry
 from popjit.ops.shapes import normalize_axes, normalize_axis
 

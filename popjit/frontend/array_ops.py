@@ -19,6 +19,7 @@ import numpy as np
 
 from popjit import dtypes
 from popjit.errors import InvalidArgumentError
+from popjit.frontend import gather_ops, math_ops
 from popjit.frontend.convert import convert_to_tensor
 from popjit.frontend.tensor import Tensor, TensorShape
 from popjit.frontend.tracing import apply_op, current_trace
@@ -489,8 +490,6 @@ def getitem(x: Tensor, key: Any) -> Tensor:
 
 def _dynamic_index(x: Tensor, i: Tensor, axis: int) -> Tensor:
     """``x`` at run-time index ``i`` along ``axis`` (negative counts from the end; out of range clamps)."""
-    from popjit.frontend import gather_ops, math_ops
-
     d = x.aval.shape[axis]
     if i.dtype != dtypes.int32:
         i = math_ops.cast(i, dtypes.int32)
@@ -512,6 +511,7 @@ def slice(input_: Any, begin: Any, size: Any, name: str | None = None) -> Tensor
         if -1 in sizes:
             static_value(b, "begin", "Slice")
         if b.dtype != dtypes.int32:
+            # why: math_ops is built on this module (importing it at the top would be circular)
             from popjit.frontend import math_ops
 
             b = math_ops.cast(b, dtypes.int32)

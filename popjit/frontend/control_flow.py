@@ -13,11 +13,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from popjit.errors import InvalidArgumentError
-from popjit.frontend import gradient_tape, nest
+from popjit.frontend import gradient_tape, math_ops, nest
+from popjit.frontend.autograph import convert
 from popjit.frontend.convert import convert_to_tensor
+from popjit.frontend.replay import free_values
 from popjit.frontend.tensor import Tensor
 from popjit.frontend.tracing import Scope, Trace, current_trace
-from popjit.graph.ir import Aval, Region, Value
+from popjit.frontend.variables import VARIABLES
+from popjit.ir.graph import Aval, Region, Value
 from popjit.source import user_location, where
 
 
@@ -29,8 +32,6 @@ def _as_tensors(leaves: Sequence[Any], avals: Sequence[Aval] | None = None) -> l
 
 def _converted(fn: Callable[..., Any] | None) -> Any:
     """User callbacks traced by popjit get autograph's conversion, as TensorFlow does."""
-    from popjit.frontend.autograph import convert
-
     return convert(fn) if fn is not None else None
 
 
@@ -143,7 +144,6 @@ def _record_on_tapes(trace: Trace, node: Any) -> None:
     capture (a weight used in a loop body gets its gradient through them)."""
     if not gradient_tape.recording():
         return
-    from popjit.frontend.replay import free_values
 
     inputs = [Tensor.symbolic(v, trace) for v in [*node.inputs, *free_values(node.regions)]]
     outputs = [Tensor.symbolic(v, trace) for v in node.outputs]
@@ -151,8 +151,6 @@ def _record_on_tapes(trace: Trace, node: Any) -> None:
 
 
 def _record_read(trace: Trace, vid: int, value: Value) -> None:
-    from popjit.frontend.variables import VARIABLES
-
     var = VARIABLES.get(vid)
     if var is not None:
         gradient_tape.record_variable_read(var, Tensor.symbolic(value, trace))
@@ -272,8 +270,6 @@ def for_range(start: Any, limit: Any, delta: Any, body: Callable[..., Any], loop
     With bounds known while tracing the loop gets a static trip count (it becomes a ``Repeat``);
     otherwise the condition compares the counter with the limit in the direction of ``delta``.
     """
-    from popjit.frontend import math_ops
-
     trace = current_trace()
     bounds = [convert_to_tensor(x) for x in (start, limit, delta)]
     if trace is None:

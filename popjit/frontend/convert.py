@@ -8,8 +8,9 @@ import numpy as np
 
 from popjit import dtypes
 from popjit.dtypes import DType
-from popjit.frontend.tensor import Tensor
+from popjit.frontend.tensor import Tensor, is_tensor
 from popjit.frontend.tracing import current_trace
+from popjit.frontend.variables import Variable
 
 
 def _default_dtype(value: Any) -> DType:
@@ -53,7 +54,6 @@ def _to_array(value: Any, dtype: DType) -> np.ndarray:
 def _contains_tensor(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(_contains_tensor(v) for v in value)
-    from popjit.frontend.tensor import is_tensor
 
     return is_tensor(value)
 
@@ -64,8 +64,6 @@ def convert_to_tensor(value: Any, dtype: Any = None, dtype_hint: Any = None, nam
     A Python scalar takes ``dtype`` if given, else ``dtype_hint`` when compatible, else TensorFlow's
     default (float32 / int32). A mismatching explicit ``dtype`` on a tensor raises ``ValueError``.
     """
-    from popjit.frontend.variables import Variable
-
     want = dtypes.as_dtype(dtype) if dtype is not None else None
     if isinstance(value, Variable):
         value = value.read_value()
@@ -78,6 +76,7 @@ def convert_to_tensor(value: Any, dtype: Any = None, dtype_hint: Any = None, nam
     if hasattr(value, "_as_graph_element") or hasattr(value, "__tf_tensor__"):
         return convert_to_tensor(value.__tf_tensor__(), dtype)  # type: ignore[union-attr]
     if isinstance(value, (list, tuple)) and _contains_tensor(value):
+        # why: array_ops is built on this module (importing it at the top would be circular)
         from popjit.frontend import array_ops
 
         return array_ops.stack([convert_to_tensor(v, dtype, dtype_hint) for v in value])
@@ -106,6 +105,7 @@ def constant(value: Any, dtype: Any = None, shape: Any = None, name: str | None 
     if isinstance(value, Tensor):
         t = value
         if dtype is not None and t.dtype != dtypes.as_dtype(dtype):
+            # why: math_ops is built on this module (importing it at the top would be circular)
             from popjit.frontend import math_ops
 
             t = math_ops.cast(t, dtype)
@@ -124,6 +124,7 @@ def constant(value: Any, dtype: Any = None, shape: Any = None, name: str | None 
                                 f"{arr.size} elements to shape {list(shape)}")
         return Tensor.eager(np.array(arr)) if current_trace() is None else _traced(np.array(arr))
     if shape is not None:
+        # why: array_ops is built on this module (importing it at the top would be circular)
         from popjit.frontend import array_ops
 
         t = array_ops.reshape(t, shape)

@@ -18,14 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from popjit import dtypes
+from popjit import context, dtypes
 from popjit.errors import InvalidArgumentError
 from popjit.frontend import nest
-from popjit.frontend.device import current_device, ipu_ordinal
-from popjit.frontend.tensor import Tensor
+from popjit.frontend.autograph import convert
+from popjit.frontend.tensor import Tensor, TensorShape
 from popjit.frontend.tracing import Trace, current_trace, tracing
 from popjit.frontend.variables import VARIABLES, Variable
-from popjit.graph.ir import Aval, Binding, Graph
+from popjit.ir.graph import Aval, Binding, Graph
+from popjit.pipeline import compile_cached
+from popjit.runtime import device as devices
+from popjit.runtime import streams
 
 log = logging.getLogger("popjit")
 
@@ -39,8 +42,6 @@ class TensorSpec:
     name: str | None = None
 
     def __init__(self, shape: Any, dtype: Any = dtypes.float32, name: str | None = None) -> None:
-        from popjit.frontend.tensor import TensorShape
-
         object.__setattr__(self, "shape", tuple(TensorShape(shape)) if shape is not None else None)
         object.__setattr__(self, "dtype", dtypes.as_dtype(dtype))
         object.__setattr__(self, "name", name)
@@ -111,14 +112,11 @@ class ConcreteFunction:
 
     def executable(self, device: str) -> Any:
         """The compiled program for ``device`` (compiled on first use, then cached)."""
-        from popjit.runtime import cache
-        from popjit.runtime import device as devices
-
-        ordinal = ipu_ordinal(device)
+        ordinal = devices.ipu_ordinal(device)
         target = devices.get_device(ordinal).target if ordinal is not None else None
         key = (ordinal, target)
         if key not in self.executables:
-            self.executables[key] = cache.compile_cached(self.graph, target)
+            self.executables[key] = compile_cached(self.graph, target)
             if ordinal is not None:
                 devices.get_device(ordinal).compilations += 1
         return self.executables[key]
@@ -127,11 +125,9 @@ class ConcreteFunction:
         exe = self.executable(device)
         args = {k: _leaf_array(leaves[k]) for k, _ in self.graph.arg_params()}
         variables = {vid: _variable_buffer(vid) for vid in self.graph.variables}
-        outs = exe.run(args, variables)
-        ordinal = ipu_ordinal(device)
+        outs = exe.run(args, variables, streams.FEEDS)
+        ordinal = devices.ipu_ordinal(device)
         if ordinal is not None:
-            from popjit.runtime import device as devices
-
             devices.get_device(ordinal).executions += 1
         results = [Tensor.eager(o, device) for o in outs]
         leaves_out = [results[v] if kind == "result" else v for kind, v in self.out_spec]
@@ -139,7 +135,7 @@ class ConcreteFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, _ = nest.flatten_with_tree((args, kwargs))
-        return self.run(leaves, current_device())
+        return self.run(leaves, context.current_device())
 
     @property
     def structured_outputs(self) -> Any:
@@ -187,8 +183,6 @@ class Function:
     def converted(self) -> Callable:
         if self._converted is None:
             if self.autograph:
-                from popjit.frontend.autograph import convert
-
                 self._converted = convert(self.python_function)
             else:
                 self._converted = self.python_function
@@ -297,7 +291,7 @@ class Function:
             return self.converted(*args, **kwargs)
         tree, leaves, keys = self._signature(args, kwargs)
         cf = self._lookup(tree, leaves, keys)
-        return cf.run(leaves, current_device())
+        return cf.run(leaves, context.current_device())
 
 
 def function(func: Callable | None = None, input_signature: Any = None, autograph: bool = True,

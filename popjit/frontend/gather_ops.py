@@ -21,6 +21,7 @@ __all__ = ["gather", "one_hot", "unsorted_segment_sum"]
 
 
 def _static_scalar(x: Any, what: str, op: str) -> Any:
+    # why: array_ops is built on this module (importing it at the top would be circular)
     from popjit.frontend.array_ops import static_value
 
     value = np.asarray(static_value(x, what, op))

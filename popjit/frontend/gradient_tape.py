@@ -62,6 +62,7 @@ def stored_value(value: Tensor) -> Tensor:
     ReadVariableOp) and their gradients do not flow back into the assigned expression."""
     if not recording():
         return value
+    # why: tracing is built on this module (importing it at the top would be circular)
     from popjit.frontend.tracing import apply_op
 
     with _paused_tapes():
@@ -111,6 +112,7 @@ class GradientTape:
 
     def watch(self, tensor: Any) -> None:
         """Record operations on ``tensor`` (tensors are not watched unless asked; variables are)."""
+        # why: variables is built on this module (importing it at the top would be circular)
         from popjit.frontend.variables import Variable
 
         for t in nest.flatten(tensor):
@@ -143,6 +145,7 @@ class GradientTape:
 
     # -- gradients -----------------------------------------------------------------------------
     def _source_keys(self, source: Any) -> list[Hashable]:
+        # why: variables is built on this module (importing it at the top would be circular)
         from popjit.frontend.variables import Variable
 
         if isinstance(source, Variable):
@@ -177,6 +180,7 @@ class GradientTape:
         return set(self._watched) | reads
 
     def _seeds(self, target: Any, output_gradients: Any) -> dict[Hashable, Any]:
+        # why: convert is built on this module (importing it at the top would be circular)
         from popjit.frontend import array_ops, math_ops
         from popjit.frontend.convert import convert_to_tensor
 
@@ -190,6 +194,7 @@ class GradientTape:
         return seeds
 
     def _collect(self, cts: dict[Hashable, Any], keys: list[Hashable], source: Any, unconnected: str) -> Any:
+        # why: array_ops is built on this module (importing it at the top would be circular)
         from popjit.frontend import array_ops, math_ops
 
         found = [cts[k] for k in keys if k in cts]
@@ -207,6 +212,7 @@ class GradientTape:
 
 def stop_gradient(input: Any, name: str | None = None) -> Tensor:
     """The same value, with no gradient flowing through it."""
+    # why: tracing is built on this module (importing it at the top would be circular)
     from popjit.frontend.convert import convert_to_tensor
     from popjit.frontend.tracing import apply_op
 
@@ -221,6 +227,7 @@ def custom_gradient(f: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(f)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
+        # why: convert is built on this module (importing it at the top would be circular)
         from popjit.frontend.convert import convert_to_tensor
 
         inputs = [a if isinstance(a, Tensor) else convert_to_tensor(a) for a in args]
@@ -287,13 +294,15 @@ class _GradOps:
     """TensorFlow-named functions plus the helpers gradient rules need (``t`` in the rules)."""
 
     def __getattr__(self, name: str) -> Any:
-        import popjit.tensorflow as tf
+        # why: the op namespace is built on this module (tf.GradientTape), so it is looked up at call time
+        from popjit.frontend import api
 
-        return getattr(tf, name)
+        return getattr(api, name)
 
     @staticmethod
     def unbroadcast(ct: Tensor, shape: tuple[int, ...]) -> Tensor:
         """Sum ``ct`` over the axes NumPy broadcasting added or stretched to reach ``ct``'s shape."""
+        # why: array_ops is built on this module (importing it at the top would be circular)
         from popjit.frontend import array_ops, math_ops
 
         shape = tuple(shape)
@@ -311,6 +320,7 @@ class _GradOps:
 
     @staticmethod
     def constant_like(x: Tensor, value: float) -> Tensor:
+        # why: convert is built on this module (importing it at the top would be circular)
         from popjit.frontend.convert import convert_to_tensor
 
         return convert_to_tensor(np.asarray(value, dtype=x.dtype.np))
@@ -318,6 +328,7 @@ class _GradOps:
     @staticmethod
     def replay(region: Any, args: list[Tensor]) -> list[Tensor]:
         """Apply a region's nodes again to ``args`` (recorded on the active tapes)."""
+        # why: replay is built on this module (importing it at the top would be circular)
         from popjit.frontend.replay import replay
 
         return replay(region, args)
@@ -325,6 +336,7 @@ class _GradOps:
     @staticmethod
     def dynamic_update_slice(operand: Tensor, update: Tensor, begin: Tensor) -> Tensor:
         """``operand`` with ``update`` written at the run-time position ``begin``."""
+        # why: tracing is built on this module (importing it at the top would be circular)
         from popjit.frontend.tracing import apply_op
 
         return apply_op("dynamic_update_slice", [operand, update, begin])
@@ -332,6 +344,7 @@ class _GradOps:
     @staticmethod
     def dynamic_slice(operand: Tensor, begin: Tensor, size: tuple[int, ...]) -> Tensor:
         """The ``size`` block of ``operand`` at the run-time position ``begin``, clamped to fit (as XLA)."""
+        # why: tracing is built on this module (importing it at the top would be circular)
         from popjit.frontend.tracing import apply_op
 
         return apply_op("dynamic_slice", [operand, begin], size=tuple(size))

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from popjit import dtypes
+from popjit import dtypes, source
 from popjit.errors import InvalidArgumentError
 from popjit.frontend.convert import convert_to_tensor
 from popjit.frontend.tensor import Tensor, is_tensor
@@ -107,9 +107,7 @@ def convert_like(value: Any, dtype: dtypes.DType) -> Tensor:
     refused = (dtype.is_bool and arr.dtype != np.bool_) or (
         not isinstance(value, (np.ndarray, np.generic)) and arr.dtype.kind == "f" and not dtype.is_floating)
     if refused:
-        from popjit.source import where
-
-        raise TypeError(f"Cannot convert {value!r} to EagerTensor of dtype {dtype.name}{where()}")
+        raise TypeError(f"Cannot convert {value!r} to EagerTensor of dtype {dtype.name}{source.where()}")
     if isinstance(value, (np.ndarray, np.generic)):
         with np.errstate(all="ignore"):
             return _t(arr.astype(dtype.np))
@@ -201,13 +199,12 @@ def gelu(features: Any, approximate: bool = False, name: str | None = None) -> T
 def truediv(x: Any, y: Any, name: str | None = None) -> Tensor:
     """``x / y``. Integers are converted to float first (8- and 16-bit ones to float32, wider ones
     to float64, which the IPU refuses), as TensorFlow does; bool and mixed dtypes are a ``TypeError``."""
-    from popjit.source import where
-
     a, b = convert_pair(x, y)
     if a.dtype != b.dtype:
-        raise TypeError(f"`x` and `y` must have the same dtype, got {a.dtype!r} != {b.dtype!r}.{where()}")
+        raise TypeError(f"`x` and `y` must have the same dtype, got {a.dtype!r} != {b.dtype!r}.{source.where()}")
     if a.dtype.is_bool:
-        raise TypeError(f"Invalid dtype {a.dtype!r} in __truediv__. Expected an integer or floating dtype.{where()}")
+        raise TypeError(f"Invalid dtype {a.dtype!r} in __truediv__. Expected an integer or floating dtype."
+                        f"{source.where()}")
     if not a.dtype.is_floating:
         target = dtypes.float32 if a.dtype.size <= 2 else dtypes.float64
         a, b = cast(a, target), cast(b, target)
@@ -229,10 +226,8 @@ def logical_xor(x: Any, y: Any, name: str | None = None) -> Tensor:
     a, b = convert_pair(x, y)
     for t in (a, b):
         if not t.dtype.is_bool:
-            from popjit.source import where
-
             raise InvalidArgumentError(f"Op 'logical_xor' does not support {t.dtype.name} inputs (allowed: bool). "
-                                       f"Compare with tf.not_equal, or tf.cast to bool first.{where()}")
+                                       f"Compare with tf.not_equal, or tf.cast to bool first.{source.where()}")
     return apply_op("not_equal", [a, b])
 
 
@@ -319,6 +314,7 @@ def _axis_int(axis: Any, op: str) -> int:
 
 
 def _static(t: Any, what: str, op: str) -> Any:
+    # why: array_ops is built on this module (importing it at the top would be circular)
     from popjit.frontend.array_ops import static_value
 
     return static_value(t, what, op=op, index=1)

@@ -28,9 +28,12 @@ import numpy as np
 
 from popjit import dtypes
 from popjit.errors import InvalidArgumentError
+from popjit.frontend import math_ops
+from popjit.frontend.array_ops import _shape_list
 from popjit.frontend.convert import convert_to_tensor
 from popjit.frontend.tensor import Tensor
-from popjit.frontend.tracing import apply_op, current_trace
+from popjit.frontend.tracing import apply_op, current_trace, tracing
+from popjit.frontend.variables import Variable
 from popjit.source import user_location, where
 
 __all__ = [
@@ -125,8 +128,6 @@ def _stateful_inputs(seed: Any) -> tuple[Tensor, Tensor]:
                 n = _STATE.calls.get(key, 0)
                 _STATE.calls[key] = n + 1
         return key_t, convert_to_tensor(np.int32(n))
-    from popjit.frontend.tracing import tracing
-    from popjit.frontend.variables import Variable
 
     with tracing(None):  # device state the program owns, not a variable the user's function created
         counter = Variable(np.int32(0), trainable=False, name="random_counter")
@@ -143,6 +144,7 @@ def _stateless_inputs(seed: Any) -> tuple[Tensor, Tensor]:
                      "[Op:StatelessRandomUniformV2]")
     if s.dtype != dtypes.int32:
         if s.is_symbolic:
+            # why: math_ops is built on this module (importing it at the top would be circular)
             from popjit.frontend import math_ops
 
             s = math_ops.cast(s, dtypes.int32)
@@ -152,8 +154,6 @@ def _stateless_inputs(seed: Any) -> tuple[Tensor, Tensor]:
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
-    from popjit.frontend.array_ops import _shape_list
-
     dims = _shape_list(shape, "RandomUniform")
     if any(d < 0 for d in dims):
         raise _error(f"Dimension -1 must be >= 0: shape {dims} [Op:RandomUniform]")
@@ -162,8 +162,6 @@ def _shape(shape: Any) -> tuple[int, ...]:
 
 def _scale_shift(x: Tensor, scale: Any, shift: Any, default_scale: float, default_shift: float) -> Tensor:
     """``x * scale + shift`` in ``x``'s dtype, skipping the defaults (fuses with ``x``)."""
-    from popjit.frontend import math_ops
-
     if not _is_const(scale, default_scale):
         x = math_ops.multiply(x, convert_to_tensor(scale, dtype_hint=x.dtype))
     if not _is_const(shift, default_shift):
@@ -180,6 +178,7 @@ def _uniform(key: Tensor, counter: Tensor, shape: tuple[int, ...], minval: Any, 
     if dtype.is_integer:
         if maxval is None:
             raise ValueError(f"Must specify maxval for integer dtype {dtype.name}{where(user_location(3))}")
+        # why: array_ops is built on this module (importing it at the top would be circular)
         from popjit.frontend.array_ops import static_value
 
         lo = int(np.asarray(static_value(minval, "minval", "RandomUniformInt")).reshape(()))
@@ -192,7 +191,6 @@ def _uniform(key: Tensor, counter: Tensor, shape: tuple[int, ...], minval: Any, 
         maxval = 1.0
     if _is_const(minval, 0.0):
         return _scale_shift(u, maxval, 0.0, 1.0, 0.0)
-    from popjit.frontend import math_ops
 
     lo_t = convert_to_tensor(minval, dtype_hint=dtype)
     span = math_ops.subtract(convert_to_tensor(maxval, dtype_hint=dtype), lo_t)

@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from popjit.errors import UnimplementedError
 from popjit.frontend.tensor import Tensor
 from popjit.frontend.tracing import apply_op, current_trace
-from popjit.graph.ir import Node, Region, Value
+from popjit.ir.graph import Node, Region, Value
+from popjit.ops import registry
 
 
 def free_values(regions: Sequence[Region]) -> list[Value]:
@@ -57,8 +58,8 @@ def replay(region: Region, args: Sequence[Tensor], captured: Mapping[int, Tensor
 
 
 def _replay_node(node: Node, inputs: list[Tensor], env: Mapping[int, Tensor]) -> list[Tensor]:
+    # why: control_flow is built on this module (importing it at the top would be circular)
     from popjit.frontend import control_flow
-    from popjit.ops import registry
 
     if node.op == "if":
         then, orelse = node.regions

@@ -16,7 +16,7 @@ import numpy as np
 from popjit import dtypes
 from popjit.dtypes import DType
 from popjit.errors import InvalidArgumentError
-from popjit.graph.ir import Aval, Value
+from popjit.ir.graph import Aval, Value
 
 if TYPE_CHECKING:
     from popjit.frontend.tracing import Trace
@@ -237,6 +237,7 @@ class Tensor:
     def __iter__(self) -> Iterator[Tensor]:
         if self.ndim == 0:
             raise TypeError("Cannot iterate over a scalar tensor.")
+        # why: array_ops is built on this module (importing it at the top would be circular)
         from popjit.frontend import array_ops
 
         if self._value is None:
@@ -256,23 +257,27 @@ class Tensor:
         return (Tensor.eager, (self.numpy(),))
 
     def __getitem__(self, key: Any) -> Tensor:
+        # why: array_ops is built on this module (importing it at the top would be circular)
         from popjit.frontend import array_ops
 
         return array_ops.getitem(self, key)
 
     # eq/ne compare values, as TensorFlow 2 does.
     def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        # why: math_ops is built on this module (importing it at the top would be circular)
         from popjit.frontend import math_ops
 
         return math_ops.equal(self, other)
 
     def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        # why: math_ops is built on this module (importing it at the top would be circular)
         from popjit.frontend import math_ops
 
         return math_ops.not_equal(self, other)
 
     @property
     def T(self) -> Tensor:
+        # why: array_ops is built on this module (importing it at the top would be circular)
         from popjit.frontend import array_ops
 
         return array_ops.transpose(self)
@@ -287,6 +292,7 @@ class Tensor:
 
 def _binary(name: str, reflected: bool = False) -> Any:
     def method(self: Tensor, other: Any) -> Tensor:
+        # why: math_ops is built on this module (importing it at the top would be circular)
         from popjit.frontend import math_ops
 
         fn = getattr(math_ops, name)
@@ -298,6 +304,7 @@ def _binary(name: str, reflected: bool = False) -> Any:
 
 def _unary(name: str) -> Any:
     def method(self: Tensor) -> Tensor:
+        # why: math_ops is built on this module (importing it at the top would be circular)
         from popjit.frontend import math_ops
 
         return getattr(math_ops, name)(self)
@@ -322,6 +329,7 @@ Tensor.__pos__ = lambda self: self  # type: ignore[attr-defined]
 
 def is_tensor(x: Any) -> bool:
     """True for tf.Tensor (eager or symbolic) and tf.Variable."""
+    # why: variables is built on this module (importing it at the top would be circular)
     from popjit.frontend.variables import Variable
 
     return isinstance(x, (Tensor, Variable))

@@ -20,11 +20,15 @@ from typing import Any
 
 import numpy as np
 
+from popjit import context, dtypes
 from popjit.errors import InvalidArgumentError, OpError
 from popjit.frontend import gradient_tape
-from popjit.graph.ir import Aval, Binding, Graph, Node, Region, Value, VarRef
+from popjit.frontend.tensor import Tensor
+from popjit.ir.graph import Aval, Binding, Graph, Node, Region, Value, VarRef
 from popjit.ops import registry
-from popjit.source import SourceLoc, user_location
+from popjit.runtime import device as devices
+from popjit.runtime.eager import run_on_ipu
+from popjit.source import SourceLoc, user_location, where
 
 _CONST_FOLD_MAX_ELEMENTS = 4096
 
@@ -79,8 +83,6 @@ class Trace:
         return node
 
     def constant(self, value: np.ndarray) -> Value:
-        from popjit import dtypes
-
         aval = Aval(tuple(value.shape), dtypes.as_dtype(value.dtype))
         node = self.add_node("constant", [], {"value": value}, [aval])
         self.const_values[node.out.uid] = value
@@ -99,8 +101,6 @@ class Trace:
 
     def value_of(self, t: Any) -> Value:
         """The SSA value for a tensor: eager tensors become constants, symbolic ones must belong here."""
-        from popjit.frontend.tensor import Tensor
-
         assert isinstance(t, Tensor), f"value_of needs a Tensor, not {type(t).__name__}"
         if t._sym is None:
             return self.constant(t._value)  # type: ignore[arg-type]
@@ -115,8 +115,6 @@ class Trace:
 
     def constant_value(self, t: Any) -> np.ndarray | None:
         """The value of a tensor if it is known while tracing (a constant or folded from constants)."""
-        from popjit.frontend.tensor import Tensor
-
         if isinstance(t, Tensor):
             if t._sym is None:
                 return t._value
@@ -207,8 +205,6 @@ class tracing:  # noqa: N801
 
 
 def _where() -> str:
-    from popjit.source import where
-
     return where(user_location(3))
 
 
@@ -228,8 +224,6 @@ def apply_op(name: str, inputs: Sequence[Any], **attrs: Any) -> Any:
 
     Returns one Tensor, or a tuple of Tensors for ops with several outputs.
     """
-    from popjit.frontend.tensor import Tensor
-
     op = registry.get(name)
     assert all(isinstance(t, Tensor) for t in inputs), f"{name}: inputs must be converted to Tensors first"
     out_avals = infer(op, [t.aval for t in inputs], attrs)
@@ -245,8 +239,6 @@ def apply_op(name: str, inputs: Sequence[Any], **attrs: Any) -> Any:
 
 def _trace_op(trace: Trace, op: registry.OpDef, inputs: Sequence[Any], attrs: dict[str, Any],
               out_avals: tuple[Aval, ...]) -> list[Any]:
-    from popjit.frontend.tensor import Tensor
-
     values = [trace.value_of(t) for t in inputs]
     consts = [trace.const_values.get(v.uid) for v in values]
     foldable = (values and all(c is not None for c in consts) and not op.effect and op.kind != registry.SOURCE
@@ -264,13 +256,8 @@ def _trace_op(trace: Trace, op: registry.OpDef, inputs: Sequence[Any], attrs: di
 
 def _run_eager(op: registry.OpDef, inputs: Sequence[Any], attrs: dict[str, Any],
                out_avals: tuple[Aval, ...]) -> list[Any]:
-    from popjit.frontend.device import current_device, is_ipu_device
-    from popjit.frontend.tensor import Tensor
-
-    device = current_device()
-    if is_ipu_device(device) and op.kind != registry.EFFECT:
-        from popjit.runtime.eager import run_on_ipu
-
+    device = context.current_device()
+    if devices.is_ipu_device(device) and op.kind != registry.EFFECT:
         results = run_on_ipu(op.name, [t.numpy() for t in inputs], attrs, out_avals, device)
     else:
         with np.errstate(all="ignore"):

@@ -15,21 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from popjit import dtypes
-from popjit.frontend import device as device_mod
+from popjit import context, dtypes
 from popjit.frontend import gradient_tape
 from popjit.frontend.tensor import Tensor, TensorShape
-from popjit.frontend.tracing import current_trace
-from popjit.graph.ir import Aval, VarRef
+from popjit.frontend.tracing import current_trace, tracing
+from popjit.ir.graph import Aval, VarRef
 
 _ids = itertools.count(1)
 VARIABLES: weakref.WeakValueDictionary[int, Variable] = weakref.WeakValueDictionary()
-
-
-def _variable_device() -> str:
-    from popjit.ipu.ipu_strategy import current_strategy_device
-
-    return current_strategy_device() or device_mod.current_device()
 
 
 class Variable:
@@ -41,8 +34,8 @@ class Variable:
                  caching_device: Any = None, name: str | None = None, variable_def: Any = None,
                  dtype: Any = None, import_scope: Any = None, constraint: Any = None,
                  synchronization: Any = None, aggregation: Any = None, shape: Any = None) -> None:
+        # why: convert is built on this module (importing it at the top would be circular)
         from popjit.frontend.convert import convert_to_tensor
-        from popjit.frontend.tracing import tracing
 
         if initial_value is None:
             raise ValueError("initial_value must be specified.")
@@ -57,7 +50,7 @@ class Variable:
         self._id = next(_ids)
         self._name = (name or "Variable").split(":")[0]
         self._trainable = bool(trainable)
-        self._device = _variable_device()
+        self._device = context.variable_device()
         self._buffer = value
         self._constraint = constraint
         self._ref = VarRef(self._id, self._name, Aval(tuple(value.shape), dtypes.as_dtype(value.dtype)))
@@ -122,6 +115,7 @@ class Variable:
 
     # -- writing -------------------------------------------------------------------------------
     def _converted(self, value: Any) -> Tensor:
+        # why: convert is built on this module (importing it at the top would be circular)
         from popjit.frontend.convert import convert_to_tensor
 
         t = convert_to_tensor(value, dtype_hint=self.dtype)
@@ -147,11 +141,13 @@ class Variable:
         return self if read_value else None
 
     def assign_add(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
+        # why: math_ops is built on this module (importing it at the top would be circular)
         from popjit.frontend import math_ops
 
         return self.assign(math_ops.add(self.read_value(), self._converted(delta)), read_value=read_value)
 
     def assign_sub(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
+        # why: math_ops is built on this module (importing it at the top would be circular)
         from popjit.frontend import math_ops
 
         return self.assign(math_ops.subtract(self.read_value(), self._converted(delta)), read_value=read_value)

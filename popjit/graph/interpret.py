@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from popjit.graph.ir import Graph, Node, Region
+from popjit.ir.graph import Graph, Node, Region
 from popjit.ops import registry
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from popjit.errors import VerifyError
-from popjit.graph.ir import Graph, Node, Region
+from popjit.dtypes import is_device_dtype
+from popjit.errors import UnimplementedError, VerifyError
+from popjit.ir.graph import Graph, Node, Region
 from popjit.ops import registry
 
 
@@ -77,9 +78,6 @@ def verify(graph: Graph) -> Graph:
 def check_device_dtypes(graph: Graph) -> None:
     """Refuse values the IPU cannot hold (float64): ``UnimplementedError`` naming the op, the user's
     line and what to do. Host-compiled functions may use them; IPU programs may not."""
-    from popjit.dtypes import is_device_dtype
-    from popjit.errors import UnimplementedError
-
     for p, b in zip(graph.params, graph.param_bindings):
         if not is_device_dtype(p.dtype):
             raise UnimplementedError(

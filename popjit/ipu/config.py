@@ -30,6 +30,9 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
+from popjit import config as settings
+from popjit.errors import FailedPreconditionError, InvalidArgumentError
+from popjit.flags import poplar_flags
 from popjit.ipu._options import (  # noqa: F401  (re-exported: they were defined here, as in Graphcore's module)
     NO_DESCRIPTION,
     AttributeMetadata,
@@ -41,6 +44,9 @@ from popjit.ipu._options import (  # noqa: F401  (re-exported: they were defined
     matches_type,
     type_name,
 )
+from popjit.pipeline import cache
+from popjit.runtime import device as devices
+from popjit.schedule.target import VERSIONS, make_target
 
 log = logging.getLogger("popjit")
 
@@ -352,8 +358,6 @@ def _check_device_connection(cfg: IPUConfig) -> None:
 
 
 def _check_version(name: str, version: str) -> None:
-    from popjit.schedule.target import VERSIONS
-
     if version not in VERSIONS:
         valid = ", ".join(f"'{v}'" for v in VERSIONS)
         raise ValueError(f"{name} must be one of {valid}, not '{version}'.")
@@ -389,8 +393,6 @@ def _check_poplar_options(cfg: IPUConfig) -> None:
 
 
 def _device_counts(cfg: IPUConfig) -> tuple[int, ...]:
-    from popjit.errors import InvalidArgumentError
-
     if _as_list(cfg.select_ipus):
         return _selected_counts(_as_list(cfg.select_ipus))
     counts = _as_list(cfg.auto_select_ipus)
@@ -404,9 +406,6 @@ def _device_counts(cfg: IPUConfig) -> tuple[int, ...]:
 
 def _check_attachable(counts: list[int]) -> None:
     """The checks ``popjit.runtime.device.configure`` makes, done early so a failure changes nothing."""
-    from popjit import config as settings
-    from popjit.errors import InvalidArgumentError
-
     available = settings.get("NUM_IPUS")
     if sum(counts) > available:
         raise InvalidArgumentError(f"Could not attach to {sum(counts)} IPUs: the virtual system has {available} "
@@ -432,9 +431,6 @@ def virtual_device_ids(num_ipus: int) -> list[tuple[int, ...]]:
 
 
 def _selected_counts(selected: list[int]) -> tuple[int, ...]:
-    from popjit import config as settings
-    from popjit.errors import InvalidArgumentError
-
     ids = virtual_device_ids(settings.get("NUM_IPUS"))
     used: set[int] = set()
     counts = []
@@ -464,8 +460,6 @@ def _tiles_per_ipu(cfg: IPUConfig, model_tiles: int) -> int:
 
 def plan(cfg: IPUConfig, flags: Any = None) -> SystemPlan:
     """Check ``cfg`` as ``configure_ipu_system`` does and return what it would build (nothing changes)."""
-    from popjit.runtime.flags import poplar_flags
-
     flags = flags if flags is not None else poplar_flags()
     model = bool(flags.use_ipu_model)
     _check_device_selection(cfg, model)
@@ -480,9 +474,6 @@ def plan(cfg: IPUConfig, flags: Any = None) -> SystemPlan:
 
 def _is_active(p: SystemPlan, cfg: IPUConfig) -> bool:
     """Whether the system already runs ``cfg`` on the devices ``p`` describes."""
-    from popjit.runtime import device as devices
-    from popjit.schedule.target import make_target
-
     system = devices.system()
     if not devices.is_configured() or system.options is None or system.options.to_dict() != cfg.to_dict():
         return False
@@ -498,9 +489,6 @@ def configure_ipu_system(config: IPUConfig, device: str = "cpu", reset_configura
     ``reset_configuration=False`` that is an error instead). Applying the active configuration
     again changes nothing. ``device`` names the host CPU device; there is only one here.
     """
-    from popjit.errors import FailedPreconditionError
-    from popjit.runtime import device as devices
-
     if not isinstance(config, IPUConfig):
         raise TypeError("`config` must be an IpuOptions instance.")
     p = plan(config)
@@ -521,9 +509,6 @@ def configure_ipu_system(config: IPUConfig, device: str = "cpu", reset_configura
 
 def reset_ipu_configuration() -> None:
     """Release every IPU device and clear the in-memory executable cache (variables keep their values)."""
-    from popjit.runtime import cache
-    from popjit.runtime import device as devices
-
     devices.reset()
     cache.clear()
 
@@ -533,8 +518,6 @@ def get_ipu_config(session: Any = None) -> list[IPUConfig]:
 
     Raises ``RuntimeError("No IPU devices configured.")`` before ``configure_ipu_system``.
     """
-    from popjit.runtime import device as devices
-
     if not devices.is_configured():
         raise RuntimeError("No IPU devices configured.")
     system = devices.system()
@@ -544,8 +527,6 @@ def get_ipu_config(session: Any = None) -> list[IPUConfig]:
 
 def _config_of(devs: list[Any]) -> IPUConfig:
     """An IPUConfig describing devices that were attached without one (``popjit.runtime.device.configure``)."""
-    from popjit.schedule.target import VERSIONS
-
     cfg = IPUConfig()
     cfg.auto_select_ipus = [d.num_ipus for d in devs]
     target = devs[0].target

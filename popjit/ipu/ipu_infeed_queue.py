@@ -19,7 +19,7 @@ from popjit.errors import FailedPreconditionError, OutOfRangeError
 from popjit.frontend import nest
 from popjit.frontend.tensor import Tensor, TensorShape
 from popjit.frontend.tracing import current_trace
-from popjit.graph.ir import Aval
+from popjit.ir.graph import Aval
 from popjit.runtime import streams
 from popjit.source import user_location
 

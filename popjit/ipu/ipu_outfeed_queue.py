@@ -18,7 +18,7 @@ from popjit.errors import FailedPreconditionError
 from popjit.frontend import nest
 from popjit.frontend.convert import convert_to_tensor
 from popjit.frontend.tracing import current_trace
-from popjit.graph.ir import Aval
+from popjit.ir.graph import Aval
 from popjit.runtime import streams
 from popjit.source import where
 

@@ -17,42 +17,30 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from popjit import dtypes
-from popjit.frontend import nest
-from popjit.frontend.device import canonical, device, ipu_ordinal
+from popjit import context, dtypes
+from popjit.frontend import math_ops, nest
+from popjit.frontend.autograph import convert
+from popjit.frontend.device import device
 from popjit.frontend.function import ConcreteFunction, Function
 from popjit.frontend.tensor import Tensor
 from popjit.frontend.tracing import current_trace
-from popjit.graph.ir import Aval
-
-_state = threading.local()
+from popjit.ipu.ipu_infeed_queue import IPUOwnedIterator
+from popjit.ir.graph import Aval
+from popjit.runtime.device import canonical, ipu_ordinal
 
 _EAGER_RUN = ("IPUStrategyV1.run(fn, ...) does not support eager execution. Either convert `fn` into a "
               "tf.function or consider calling strategy.run inside a tf.function.")
 
 
-def _stack() -> list[IPUStrategyV1]:
-    if not hasattr(_state, "stack"):
-        _state.stack = []
-    return _state.stack
-
-
 def current_strategy() -> IPUStrategyV1 | None:
     """The strategy of the innermost ``strategy.scope()`` on this thread, if any."""
-    stack = _stack()
-    return stack[-1] if stack else None
-
-
-def current_strategy_device() -> str | None:
-    """The IPU device of the innermost ``strategy.scope()``, if any (variables are placed there)."""
-    s = current_strategy()
-    return s._ipu_device if s else None
+    strategy = context.current_strategy()
+    return strategy if isinstance(strategy, IPUStrategyV1) else None
 
 
 class ReduceOp(enum.Enum):
@@ -107,6 +95,11 @@ class IPUStrategyV1:
         return True
 
     @property
+    def ipu_device(self) -> str:
+        """The canonical name of the strategy's IPU device."""
+        return self._ipu_device
+
+    @property
     def _device_ordinal(self) -> int:
         return ipu_ordinal(self._ipu_device) or 0
 
@@ -117,11 +110,12 @@ class IPUStrategyV1:
 
         Their initial values are computed on the host, as on the IPU.
         """
-        _stack().append(self)
-        try:
+        with context.strategy_scope(self):
             yield self
-        finally:
-            _stack().pop()
+
+    def dataset_iterator(self, dataset: Any) -> IPUOwnedIterator:
+        """What ``iter(dataset)`` gives inside the scope: an infeed-backed iterator."""
+        return IPUOwnedIterator(dataset)
 
     # -- running -----------------------------------------------------------------------------------
     def run(self, fn: Any, args: Any = (), kwargs: Any = None, options: Any = None) -> Any:
@@ -132,8 +126,6 @@ class IPUStrategyV1:
         """
         kwargs = dict(kwargs or {})
         if current_trace() is not None:
-            from popjit.frontend.autograph import convert
-
             return convert(fn)(*args, **kwargs)
         concrete, leaves = self._concrete(fn, tuple(args), kwargs)
         return concrete.run(leaves, self._ipu_device)
@@ -166,7 +158,6 @@ class IPUStrategyV1:
         op = ReduceOp.from_any(reduce_op)
         if axis is None:
             return value
-        from popjit.frontend import math_ops
 
         reducer = math_ops.reduce_sum if op is ReduceOp.SUM else math_ops.reduce_mean
         return nest.map_structure(lambda v: reducer(v, axis=axis), value)

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from typing import Any, NoReturn
 
 from popjit.errors import UnimplementedError
-from popjit.frontend.device import canonical
 from popjit.frontend.device import device as tf_device
+from popjit.runtime.device import canonical
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ import enum
 import logging
 from typing import Any
 
+from popjit.flags import poplar_flags
 from popjit.ipu.config import (  # noqa: F401  (re-exported, as Graphcore's ipu.utils does)
     DeviceConnectionType,
     ExecutionProfileType,
@@ -32,6 +33,8 @@ from popjit.ipu.config import (  # noqa: F401  (re-exported, as Graphcore's ipu.
     get_ipu_config,
     reset_ipu_configuration,
 )
+from popjit.runtime import device as devices
+from popjit.runtime.device import canonical, ipu_ordinal
 
 log = logging.getLogger("popjit")
 
@@ -41,8 +44,6 @@ log = logging.getLogger("popjit")
 
 def running_on_ipu_model() -> bool:
     """True when ``--use_ipu_model`` is in ``TF_POPLAR_FLAGS``."""
-    from popjit.runtime.flags import poplar_flags
-
     return bool(poplar_flags().use_ipu_model)
 
 
@@ -58,8 +59,6 @@ class SyntheticDataCategory(enum.Enum):
 
 def use_synthetic_data_for(synthetic_data_category: SyntheticDataCategory) -> bool:
     """Whether ``TF_POPLAR_FLAGS`` makes this kind of data synthetic (no host transfers)."""
-    from popjit.runtime.flags import poplar_flags
-
     if not isinstance(synthetic_data_category, SyntheticDataCategory):
         raise TypeError(f"Expected a SyntheticDataCategory, got {synthetic_data_category!r}.")
     return poplar_flags().use_synthetic_data_for(synthetic_data_category.value)
@@ -80,9 +79,6 @@ def reset_ipu_seed(seed: int, device: str = "/device:IPU:0", cpu_device: str = "
     :func:`ipu_seed` returns; random ops that want device-level seeding read it from there. It does
     not change any random stream on its own.
     """
-    from popjit.frontend.device import canonical, ipu_ordinal
-    from popjit.runtime import device as devices
-
     if type(seed) is not int:
         raise TypeError(f"reset_ipu_seed: seed must be an int, not {seed!r}.")
     ordinal = ipu_ordinal(canonical(device))
@@ -94,7 +90,6 @@ def reset_ipu_seed(seed: int, device: str = "/device:IPU:0", cpu_device: str = "
 
 def ipu_seed(device: str = "/device:IPU:0") -> int | None:
     """The seed last given to :func:`reset_ipu_seed` for ``device``, or None."""
-    from popjit.frontend.device import canonical, ipu_ordinal
 
     entry = _SEEDS.get(ipu_ordinal(canonical(device)) or 0)
     return entry[0] if entry else None
@@ -102,9 +97,6 @@ def ipu_seed(device: str = "/device:IPU:0") -> int | None:
 
 def get_num_of_ipus_in_device(ipu_device: str, device: str = "cpu") -> int:
     """How many IPUs the device ``ipu_device`` (e.g. ``'/device:IPU:0'``) holds."""
-    from popjit.frontend.device import canonical, ipu_ordinal
-    from popjit.runtime import device as devices
-
     ordinal = ipu_ordinal(canonical(ipu_device))
     if ordinal is None:
         raise ValueError(f"{ipu_device!r} is not an IPU device.")

@@ -1,9 +1,9 @@
 """``tf.keras.activations``: element-wise non-linearities, by name or as functions.
 
-Each is written with ``popjit.tensorflow`` functions, so it runs eagerly and inside a traced step
-(and differentiates through the ops' gradient rules). ``softmax`` and ``sigmoid`` remember the
-logits they were applied to, so the cross-entropy losses can use them directly (as Keras does) and
-stay exact where probabilities would round to 0 or 1.
+Each is written with the frontend's TensorFlow functions (``popjit.frontend.api``), so it runs
+eagerly and inside a traced step (and differentiates through the ops' gradient rules). ``softmax``
+and ``sigmoid`` remember the logits they were applied to, so the cross-entropy losses can use them
+directly (as Keras does) and stay exact where probabilities would round to 0 or 1.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-import popjit.tensorflow as tf
+from popjit.frontend import api as tf
 from popjit.keras import backend
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
@@ -196,6 +196,7 @@ def deserialize(config: Any, custom_objects: dict[str, Any] | None = None) -> Ca
     if custom_objects and isinstance(config, str) and config in custom_objects:
         return custom_objects[config]
     if isinstance(config, dict):
+        # why: layers is built on this module (importing it at the top would be circular)
         from popjit.keras import layers
 
         cls = getattr(layers, config["class_name"], None) or (custom_objects or {}).get(config["class_name"])

@@ -2,7 +2,7 @@
 variable name scopes, and placing new weights (values computed on the host, the variable on the
 device of the strategy the layer or optimizer was created under).
 
-Everything here builds on the public frontend (``popjit.tensorflow``). The one extra helper is
+Everything here builds on the frontend's TensorFlow namespace (``popjit.frontend.api``). The one extra helper is
 :func:`init_scope`, TensorFlow's ``tf.init_scope``: it leaves any trace that is in progress so that
 initial values are computed eagerly on the host, as Keras lifts variable creation out of
 ``tf.function`` graphs.
@@ -18,7 +18,9 @@ from typing import Any
 
 import numpy as np
 
-import popjit.tensorflow as tf
+from popjit import context
+from popjit.frontend import api as tf
+from popjit.frontend.tracing import tracing
 
 _FLOATX = "float32"
 _EPSILON = 1e-7
@@ -140,8 +142,6 @@ def learning_phase() -> int:
 @contextlib.contextmanager
 def init_scope() -> Iterator[None]:
     """Run the body eagerly on the host CPU even inside a ``tf.function`` trace (``tf.init_scope``)."""
-    from popjit.frontend.tracing import tracing
-
     with tracing(None), tf.device("/device:CPU:0"):
         yield
 
@@ -155,9 +155,7 @@ def host_value(fn: Any, *args: Any, **kwargs: Any) -> np.ndarray:
 
 def current_strategy() -> Any:
     """The IPU strategy whose ``scope()`` is active, or None."""
-    from popjit.ipu.ipu_strategy import current_strategy as current
-
-    return current()
+    return context.current_strategy()
 
 
 @contextlib.contextmanager
@@ -234,6 +232,7 @@ def dtype_name(dtype: Any) -> str:
 
 def is_keras_tensor(x: Any) -> bool:
     """True for the symbolic tensors of the functional API (``tf.keras.Input`` and layers on it)."""
+    # why: keras_tensor is built on this module (importing it at the top would be circular)
     from popjit.keras.keras_tensor import KerasTensor
 
     return isinstance(x, KerasTensor)

@@ -3,7 +3,7 @@
 A layer creates its weights in :meth:`Layer.build` (called once, from the shape of the first
 input) through :meth:`Layer.add_weight`, which computes the initial value on the host and makes a
 ``tf.Variable`` on the device of the IPU strategy the layer was created under. :meth:`Layer.call`
-is ordinary ``popjit.tensorflow`` code, so a layer runs eagerly and inside a traced step alike.
+is ordinary TensorFlow code (``popjit.frontend.api``), so a layer runs eagerly and inside a traced step alike.
 Called on the symbolic inputs of the functional API (``tf.keras.Input``), a layer records a node
 of the model's graph instead of computing.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-import popjit.tensorflow as tf
+from popjit.frontend import api as tf
 from popjit.keras import backend, initializers
 
 _LAYER_KWARGS = frozenset({"input_dim", "input_shape", "batch_input_shape", "batch_size", "weights",
@@ -276,6 +276,7 @@ class Layer:
 
     def compute_output_shape(self, input_shape: Any) -> Any:
         """The output shape for ``input_shape``: by default found by tracing :meth:`call`."""
+        # why: keras_tensor is built on this module (importing it at the top would be circular)
         from popjit.keras.keras_tensor import infer_output_signature
 
         return infer_output_signature(self, input_shape)[0]
@@ -300,6 +301,7 @@ class Layer:
         else:
             raise TypeError(f"{self.name}: the layer needs an input tensor")
         if any(backend.is_keras_tensor(x) for x in tf.nest.flatten(inputs)):
+            # why: keras_tensor is built on this module (importing it at the top would be circular)
             from popjit.keras.keras_tensor import functional_call
 
             return functional_call(self, inputs, args, kwargs)

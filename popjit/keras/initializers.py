@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-import popjit.tensorflow as tf
+from popjit.frontend import api as tf
 from popjit.keras import backend
 
 # the standard deviation of a unit normal truncated at two standard deviations

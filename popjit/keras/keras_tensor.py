@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import popjit.tensorflow as tf
+from popjit.frontend import api as tf
 from popjit.keras import backend
 from popjit.keras.base_layer import Layer, as_shape_tuple, map_shapes
 
@@ -67,6 +67,7 @@ class KerasTensor:
 
     # Python operators become small lambda layers, as Keras's TFOpLambda layers.
     def _op(self, fn: Any, *others: Any) -> Any:
+        # why: layers is built on this module (importing it at the top would be circular)
         from popjit.keras.layers import Lambda
 
         return Lambda(fn)([self, *others] if others else self)
@@ -103,6 +104,7 @@ class KerasTensor:
 
 
 def _binary(x: KerasTensor, other: Any, fn: Any) -> Any:
+    # why: layers is built on this module (importing it at the top would be circular)
     from popjit.keras.layers import Lambda
 
     if isinstance(other, KerasTensor):

@@ -1,5 +1,5 @@
 """``tf.keras.layers``: Dense, Flatten, Activation, Dropout, Reshape, Lambda, the activation layers
-and the element-wise merge layers, written with ``popjit.tensorflow`` functions."""
+and the element-wise merge layers, written with TensorFlow functions (``popjit.frontend.api``)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-import popjit.tensorflow as tf
+from popjit.frontend import api as tf
 from popjit.keras import activations, backend, initializers
 from popjit.keras.base_layer import Layer, as_shape_tuple
-from popjit.keras.keras_tensor import Input, InputLayer, KerasTensor  # noqa: F401
+from popjit.keras.keras_tensor import Input, InputLayer, KerasTensor, infer_output_signature  # noqa: F401
 
 __all__ = [
     "ELU", "Activation", "Add", "Average", "Concatenate", "Dense", "Dropout", "Flatten", "Input", "InputLayer",
@@ -245,7 +245,6 @@ class Lambda(Layer):
     def compute_output_signature(self, input_shape: Any, input_dtype: Any) -> tuple[Any, Any]:
         if self._lambda_output_shape is not None:
             return super().compute_output_signature(input_shape, input_dtype)
-        from popjit.keras.keras_tensor import infer_output_signature
 
         return infer_output_signature(self, input_shape, input_dtype)
 
@@ -423,6 +422,7 @@ def deserialize(config: dict[str, Any], custom_objects: dict[str, Any] | None = 
     name = config["class_name"]
     cls = (custom_objects or {}).get(name) or globals().get(name)
     if cls is None:
+        # why: models is built on this module (importing it at the top would be circular)
         from popjit.keras import models
 
         cls = getattr(models, name, None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import popjit.tensorflow as tf
+from popjit.frontend import api as tf
 from popjit.keras import activations, backend
 
 

@@ -2,7 +2,7 @@
 
 A model is a layer made of layers. Its weights are its layers' weights, in layer order, so
 ``get_weights`` / ``set_weights`` exchange NumPy arrays in Keras's order. Calling a model on
-tensors runs its layers with ``popjit.tensorflow`` ops: eagerly, or inside a traced step, where a
+tensors runs its layers with TensorFlow ops (``popjit.frontend.api``): eagerly, or inside a traced step, where a
 model built lazily creates its variables (on the device of the enclosing IPU strategy).
 """
 
@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import popjit.tensorflow as tf
-from popjit.keras import backend
+from popjit.frontend import api as tf
+from popjit.keras import backend, losses, optimizers
 from popjit.keras.base_layer import Layer, _dedup, as_shape_tuple
 from popjit.keras.keras_tensor import InputLayer, KerasTensor, Node, infer_output_signature
+from popjit.keras.layers import deserialize, serialize
 from popjit.keras.summary import print_summary
 
 _MODEL_KWARGS = frozenset({"trainable", "dtype", "dynamic", "name", "autocast"})
@@ -231,8 +232,6 @@ class Model(Layer):
     # -- Keras's training API -------------------------------------------------------------------------
     def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None, **kwargs: Any) -> None:
         """Remember an optimizer and a loss (for ``predict`` and custom loops; ``fit`` is not provided)."""
-        from popjit.keras import losses, optimizers
-
         self.optimizer = optimizers.get(optimizer)
         self.loss = losses.get(loss) if loss is not None else None
         self.compiled_metrics = metrics
@@ -425,8 +424,6 @@ class Sequential(Model):
         return True
 
     def get_config(self) -> dict[str, Any]:
-        from popjit.keras.layers import serialize
-
         layers = [serialize(layer) for layer in self._stack]
         if self._input_layer is not None:
             layers.insert(0, serialize(self._input_layer))
@@ -434,8 +431,6 @@ class Sequential(Model):
 
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: dict[str, Any] | None = None) -> Sequential:
-        from popjit.keras.layers import deserialize
-
         model = cls(name=config.get("name"))
         for layer_config in config["layers"]:
             layer_config = dict(layer_config)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-import popjit.tensorflow as tf
+from popjit.frontend import api as tf
 from popjit.keras import backend, initializers, schedules
 
 log = logging.getLogger("popjit")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import popjit.tensorflow as tf
+from popjit.frontend import api as tf
 from popjit.keras import backend, initializers, schedules
 from popjit.keras.optimizer_v2 import OptimizerV2
 

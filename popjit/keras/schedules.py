@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import popjit.tensorflow as tf
+from popjit.frontend import api as tf
 
 
 class LearningRateSchedule:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from popjit.loop.ir import (
+from popjit.ir.loop import (
     Apply,
     Buffer,
     Const,

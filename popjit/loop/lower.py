@@ -1,6 +1,6 @@
 """Lowering: graph IR → loop IR.
 
-Walks the graph in program order, turning each value into a :class:`~popjit.loop.lazy.Lazy`
+Walks the graph in program order, turning each value into a :class:`~popjit.ir.lazy.Lazy`
 with its op's ``lower`` rule. Values the fusion plan marks as materialized get a kernel that
 writes them into a buffer; everything else stays an expression and fuses into its consumers.
 Loops carry their values in buffers; a ``while`` with a static trip count becomes ``Repeat``.
@@ -16,11 +16,11 @@ import numpy as np
 
 from popjit import dtypes
 from popjit.dtypes import DType
-from popjit.graph.ir import Graph, Node, Region, Value
 from popjit.graph.passes.fusion import FusionPlan, plan_fusion
-from popjit.loop.ir import Buffer, Copy, If, Kernel, Program, Repeat, Stmt, Store, While, flat_index, ivar
-from popjit.loop.ir import row_major_strides as rm
-from popjit.loop.lazy import Lazy
+from popjit.ir.graph import Graph, Node, Region, Value
+from popjit.ir.lazy import Lazy
+from popjit.ir.loop import Apply, Buffer, Copy, If, Kernel, Program, Repeat, Stmt, Store, While, flat_index, ivar
+from popjit.ir.loop import row_major_strides as rm
 from popjit.loop.streams import StreamLowering
 from popjit.ops import registry
 
@@ -83,8 +83,6 @@ class LowerCtx:
         idx = tuple(ivar(f"i{k}") for k in range(len(x.shape)))
         value = x.build(idx)
         if value.dtype != buf.dtype:
-            from popjit.loop.ir import Apply
-
             value = Apply("cast", (value,), buf.dtype, (("dtype", buf.dtype),))
         store = Store(buf, flat_index(idx, rm(x.shape)), value)
         self.emit(Kernel(self.name("copy" if not x.ops else x.ops[-1], x.ops), tuple(x.shape), [store], None, x.ops))

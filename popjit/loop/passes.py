@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from popjit.loop.ir import (
+from popjit.ir.loop import (
     Apply,
     Const,
     Copy,

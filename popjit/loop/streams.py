@@ -17,9 +17,9 @@ from typing import Any
 
 from popjit import dtypes
 from popjit.errors import UnimplementedError
-from popjit.graph.ir import Aval
-from popjit.loop.ir import Apply, Buffer, Const, Kernel, Load, Store, flat_index, ivalue, ivar, row_major_strides
-from popjit.loop.lazy import Lazy
+from popjit.ir.graph import Aval
+from popjit.ir.lazy import Lazy
+from popjit.ir.loop import Apply, Buffer, Const, Kernel, Load, Store, flat_index, ivalue, ivar, row_major_strides
 
 I64 = dtypes.int64
 

@@ -1,4 +1,5 @@
-"""The op registry and every op family. Importing this package registers all ops."""
+"""Every op family. Importing this package registers all ops (see :mod:`popjit.ops.registry`)."""
 
+from popjit.ir.opdef import REGISTRY, OpDef, facet, register  # noqa: F401
 from popjit.ops import control_flow, elementwise, gather, matmul, movement, random, reduce, source, streams, update  # noqa: F401
-from popjit.ops.registry import REGISTRY, OpDef, all_ops, facet, get, register  # noqa: F401
+from popjit.ops.registry import all_ops, get  # noqa: F401

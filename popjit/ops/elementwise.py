@@ -18,9 +18,9 @@ import numpy as np
 
 from popjit import dtypes
 from popjit.dtypes import DType
-from popjit.graph.ir import Aval
-from popjit.loop.lazy import elementwise
-from popjit.ops.registry import BINARY, ELEMENTWISE, REGISTRY, UNARY, ElementCost, OpDef, register
+from popjit.ir.graph import Aval
+from popjit.ir.lazy import elementwise
+from popjit.ir.opdef import BINARY, ELEMENTWISE, REGISTRY, UNARY, ElementCost, OpDef, register
 from popjit.ops.shapes import ANY, broadcast_shapes, check_dtype, same_dtype
 
 FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)

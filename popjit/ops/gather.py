@@ -18,11 +18,25 @@ import numpy as np
 
 from popjit import dtypes
 from popjit.errors import InvalidArgumentError
-from popjit.graph.ir import Aval
-from popjit.loop.ir import Apply, Const, IndexValue, as_index, iclamp, ivalue
-from popjit.loop.lazy import Lazy
+from popjit.ir.graph import Aval
+from popjit.ir.lazy import Lazy
+from popjit.ir.loop import (
+    Apply,
+    Const,
+    IndexValue,
+    Kernel,
+    Reduce,
+    Store,
+    as_index,
+    flat_index,
+    iclamp,
+    ivalue,
+    ivar,
+    row_major_strides,
+)
+from popjit.ir.opdef import MOVEMENT, REDUCE, REGISTRY, OpDef, register
 from popjit.ops.elementwise import no_gradient
-from popjit.ops.registry import MOVEMENT, REDUCE, REGISTRY, OpDef, register
+from popjit.ops.shapes import check_dtype
 
 INDEX_DTYPES = (dtypes.int32, dtypes.int64, dtypes.int16, dtypes.int8, dtypes.uint8, dtypes.uint16, dtypes.uint32)
 
@@ -191,8 +205,6 @@ SEGMENT_DTYPES = (dtypes.float16, dtypes.float32, dtypes.float64, dtypes.int8, d
 
 
 def _segment_sum_infer(data: Aval, segment_ids: Aval, num_segments: int, batch_dims: int = 0) -> Aval:
-    from popjit.ops.shapes import check_dtype
-
     _check_indices(segment_ids.dtype, "segment_ids", "UnsortedSegmentSum")
     check_dtype("unsorted_segment_sum", data.dtype, SEGMENT_DTYPES)
     if int(num_segments) < 0:
@@ -224,8 +236,6 @@ def _segment_sum_ref(data: np.ndarray, segment_ids: np.ndarray, num_segments: in
 
 
 def _segment_sum_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
-    from popjit.loop.ir import Kernel, Reduce, Store, flat_index, ivar, row_major_strides
-
     data, ids = args
     out = node.outputs[0].aval
     b = node.attrs.get("batch_dims", 0)

@@ -1,6 +1,6 @@
 """Matrix multiplication (``tf.matmul``, batched with broadcasting, ``transpose_a/b``).
 
-Lowering: one :class:`~popjit.loop.ir.MatMul` statement whose operands are row-major matrices in
+Lowering: one :class:`~popjit.ir.loop.MatMul` statement whose operands are row-major matrices in
 buffers; a transposed view of a buffer becomes the ``ta``/``tb`` flag instead of a copy. The
 schedule splits it into partial products over many tiles (``popjit.schedule.matmul_plan``).
 """
@@ -13,10 +13,10 @@ import numpy as np
 
 from popjit import dtypes
 from popjit.errors import InvalidArgumentError
-from popjit.graph.ir import Aval
-from popjit.loop.ir import Buffer, MatMul
-from popjit.loop.lazy import Lazy, broadcast_to
-from popjit.ops.registry import MATMUL, REGISTRY, OpDef, register
+from popjit.ir.graph import Aval
+from popjit.ir.lazy import Lazy, broadcast_to
+from popjit.ir.loop import Buffer, MatMul
+from popjit.ir.opdef import MATMUL, REGISTRY, OpDef, register
 from popjit.ops.shapes import broadcast_shapes, check_dtype, same_dtype
 
 ALLOWED = (dtypes.float16, dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64)

@@ -11,12 +11,27 @@ from typing import Any
 
 import numpy as np
 
+from popjit.dtypes import bool_, int64
 from popjit.errors import InvalidArgumentError
-from popjit.graph.ir import Aval
-from popjit.loop.ir import ILin, as_index, flat_index, ivar, row_major_strides
-from popjit.loop.lazy import Lazy, broadcast_to
-from popjit.ops.registry import MOVEMENT, REGISTRY, OpDef, register
-from popjit.ops.shapes import broadcast_shapes
+from popjit.ir.graph import Aval
+from popjit.ir.lazy import Lazy, broadcast_to
+from popjit.ir.loop import (
+    Apply,
+    Const,
+    ILin,
+    IndexValue,
+    Kernel,
+    Store,
+    as_index,
+    flat_index,
+    iclamp,
+    imax,
+    imin,
+    ivar,
+    row_major_strides,
+)
+from popjit.ir.opdef import MOVEMENT, REGISTRY, OpDef, register
+from popjit.ops.shapes import broadcast_shapes, normalize_axis, same_dtype
 
 # ----------------------------------------------------------------------------------------------
 # reshape
@@ -221,8 +236,6 @@ _MAX_SELECT_CONCAT = 4
 
 
 def _concat_infer(*xs: Aval, axis: int) -> Aval:
-    from popjit.ops.shapes import normalize_axis, same_dtype
-
     first = xs[0]
     dtype = same_dtype("ConcatV2", *xs)
     if any(x.ndim != first.ndim for x in xs) or first.ndim == 0:
@@ -243,9 +256,6 @@ def _concat_infer(*xs: Aval, axis: int) -> Aval:
 
 
 def _concat_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
-    from popjit.dtypes import bool_, int64
-    from popjit.loop.ir import Apply, Const, IndexValue, Kernel, Store, iclamp
-
     out = node.outputs[0].aval
     ax = node.attrs["axis"] % out.ndim
     parts = [a for a in args if a.shape[ax] > 0]
@@ -286,8 +296,6 @@ register(OpDef("concat", MOVEMENT, _concat_infer, lambda *xs, axis: np.concatena
 
 
 def _split_infer(x: Aval, axis: int, sizes: tuple[int, ...]) -> tuple[Aval, ...]:
-    from popjit.ops.shapes import normalize_axis
-
     if x.ndim == 0:
         raise InvalidArgumentError("Can't split a scalar (rank 0) tensor; give it at least one dimension [Op:Split]")
     ax = normalize_axis(axis, x.ndim, "Split")
@@ -393,8 +401,6 @@ def _pad_ref(x: np.ndarray, paddings: tuple[tuple[int, int], ...], mode: str = "
 
 def _mirror(j: ILin, d: int, mode: str) -> ILin:
     """Index ``j`` (``-d < j < 2d``) mirrored into ``[0, d)``."""
-    from popjit.loop.ir import imax, imin
-
     if mode == "REFLECT":  # ... 2 1 | 0 1 2 | 1 0 ...
         a = imax(j, j * -1)
         return imax(a * -1 + (d - 1), a - (d - 1)) * -1 + (d - 1)
@@ -403,9 +409,6 @@ def _mirror(j: ILin, d: int, mode: str) -> ILin:
 
 
 def _pad_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
-    from popjit.dtypes import bool_, int64
-    from popjit.loop.ir import Apply, Const, IndexValue, iclamp
-
     (x,) = args
     out = node.outputs[0].aval
     pads, mode = node.attrs["paddings"], node.attrs.get("mode", "CONSTANT")

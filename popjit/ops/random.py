@@ -23,11 +23,11 @@ import numpy as np
 from popjit import dtypes
 from popjit.dtypes import DType
 from popjit.errors import InvalidArgumentError
-from popjit.graph.ir import Aval
-from popjit.loop.ir import Apply, Const, IndexValue, as_index, flat_index, row_major_strides
-from popjit.loop.lazy import Lazy
+from popjit.ir.graph import Aval
+from popjit.ir.lazy import Lazy
+from popjit.ir.loop import Apply, Const, IndexValue, as_index, flat_index, row_major_strides
+from popjit.ir.opdef import OTHER, REGISTRY, SOURCE, ElementCost, OpDef, register
 from popjit.ops.elementwise import no_gradient
-from popjit.ops.registry import OTHER, REGISTRY, SOURCE, ElementCost, OpDef, register
 
 _M32 = np.uint64(0xFFFFFFFF)
 _MUL = (np.uint64(0xD2511F53), np.uint64(0xCD9E8D57))

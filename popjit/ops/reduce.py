@@ -1,6 +1,6 @@
 """Reductions (sum, prod, max, min, any, all), arg-reductions and cumulative sums.
 
-Lowering: one :class:`~popjit.loop.ir.Kernel` with a ``Reduce`` part; its domain is the kept
+Lowering: one :class:`~popjit.ir.loop.Kernel` with a ``Reduce`` part; its domain is the kept
 axes and its ``rdomain`` the reduced ones, so an element-wise producer (``sum(x * x)``) fuses into
 the reduction's body.
 """
@@ -14,11 +14,11 @@ import numpy as np
 from popjit import dtypes
 from popjit.dtypes import DType
 from popjit.errors import InvalidArgumentError
-from popjit.graph.ir import Aval
-from popjit.loop.ir import Kernel, Reduce, Store, flat_index, ivar, row_major_strides
-from popjit.loop.lazy import Lazy
+from popjit.ir.graph import Aval
+from popjit.ir.lazy import Lazy
+from popjit.ir.loop import Kernel, Reduce, Store, flat_index, ivar, row_major_strides
+from popjit.ir.opdef import REDUCE, REGISTRY, OpDef, register
 from popjit.ops.elementwise import no_gradient
-from popjit.ops.registry import REDUCE, REGISTRY, OpDef, register
 from popjit.ops.shapes import check_dtype, normalize_axes, normalize_axis
 
 FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)

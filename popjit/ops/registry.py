@@ -1,116 +1,38 @@
-"""The op registry: every op is defined once, with all its facets side by side.
+"""Looking up ops. Importing :mod:`popjit.ops` registers every family, so ``get`` finds any op.
 
-An :class:`OpDef` holds
-
-- ``infer``: the shape/dtype rule, ``infer(*avals, **attrs) -> Aval | tuple[Aval, ...]``; it raises
-  ``InvalidArgumentError`` (or ``TypeError``) for bad input;
-- ``reference``: the NumPy reference, ``reference(*arrays, **attrs) -> array | tuple``; the graph
-  interpreter and the loop-IR interpreter run it, and tests compare compiled code against it;
-- ``lower``: how the op becomes loop IR (see :mod:`popjit.loop.lower`);
-- ``scalar``: for element-wise ops, the scalar Numba source template used by the codelet
-  generator, ``scalar(args, dtype, **attrs) -> str``;
-- ``cost``: the cycle estimator inputs (see :mod:`popjit.schedule.cost`);
-- ``vjp``: the gradient rule slot (filled by the autodiff work).
-
-``get(name)`` raises ``UnimplementedError`` naming an op that is not registered, and
-``facet(op, name)`` raises ``UnimplementedError`` naming a missing facet.
+The definitions (``OpDef``, the op kinds, ``register``) live in :mod:`popjit.ir.opdef`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
-
 from popjit.errors import UnimplementedError
-
-# Op kinds. Element-wise kinds share one lowering and one cost model.
-UNARY = "unary"
-BINARY = "binary"
-ELEMENTWISE = "elementwise"  # n-ary element-wise (select, clip, cast...)
-REDUCE = "reduce"
-MOVEMENT = "movement"
-MATMUL = "matmul"
-SOURCE = "source"  # constant, iota, fill, random: no tensor inputs read element-wise
-CONTROL = "control"
-EFFECT = "effect"
-OTHER = "other"
-ELEMENTWISE_KINDS = frozenset({UNARY, BINARY, ELEMENTWISE})
-
-
-@dataclass(frozen=True)
-class ElementCost:
-    """Per-loop cycle figures of an element-wise vertex (``spec/ipu_arch.md`` §3.2–3.3).
-
-    ``cycles`` per inner loop, processing ``width`` elements; ``natural`` loops use the data-path
-    vector width and pay the per-loop overhead of the 1D vertex formulas.
-    """
-
-    float: tuple[int, int, bool] = (2, 2, True)
-    half: tuple[int, int, bool] = (2, 4, True)
-    int: tuple[int, int, bool] = (7, 1, False)
-    flops: int = 1
-
-
-@dataclass
-class OpDef:
-    """Everything popjit knows about one op."""
-
-    name: str
-    kind: str
-    infer: Callable[..., Any]
-    reference: Callable[..., Any]
-    lower: Callable[..., Any] | None = None
-    scalar: Callable[..., str] | None = None
-    cost: ElementCost | Callable[..., Any] | None = None
-    vjp: Callable[..., Any] | None = None
-    effect: bool = False
-    commutative: bool = False
-    doc: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def is_elementwise(self) -> bool:
-        return self.kind in ELEMENTWISE_KINDS
-
-
-REGISTRY: dict[str, OpDef] = {}
-
-
-def register(op: OpDef) -> OpDef:
-    """Add an op; each name may be registered once."""
-    assert op.name not in REGISTRY, f"op {op.name!r} registered twice"
-    REGISTRY[op.name] = op
-    return op
+from popjit.ir.opdef import (  # noqa: F401  (lookups use the kinds with the ops)
+    BINARY,
+    CONTROL,
+    EFFECT,
+    ELEMENTWISE,
+    ELEMENTWISE_KINDS,
+    MATMUL,
+    MOVEMENT,
+    OTHER,
+    REDUCE,
+    REGISTRY,
+    SOURCE,
+    UNARY,
+    ElementCost,
+    OpDef,
+    facet,
+)
 
 
 def get(name: str) -> OpDef:
     """The op called ``name``; ``UnimplementedError`` if popjit has no such op."""
-    _ensure_loaded()
     try:
         return REGISTRY[name]
     except KeyError:
         raise UnimplementedError(f"Op '{name}' is not implemented by popjit.") from None
 
 
-def facet(op: OpDef, name: str) -> Any:
-    """One facet of an op; ``UnimplementedError`` naming the op and the facet if it is missing."""
-    value = getattr(op, name)
-    if value is None:
-        raise UnimplementedError(f"{name} for op '{op.name}' not implemented")
-    return value
-
-
 def all_ops() -> dict[str, OpDef]:
-    _ensure_loaded()
+    """Every registered op, by name."""
     return dict(REGISTRY)
-
-
-_loaded = False
-
-
-def _ensure_loaded() -> None:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        import popjit.ops  # noqa: F401  (registers every family)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from popjit import dtypes
 from popjit.dtypes import DType
 from popjit.errors import InvalidArgumentError
-from popjit.graph.ir import Aval
+from popjit.ir.graph import Aval
 
 
 def fmt_shape(shape: Sequence[int]) -> str:

@@ -8,11 +8,12 @@ import numpy as np
 
 from popjit import dtypes
 from popjit.dtypes import DType
-from popjit.graph.ir import Aval
-from popjit.loop.ir import Apply, Const, IndexValue
-from popjit.loop.lazy import Lazy
+from popjit.errors import InvalidArgumentError
+from popjit.ir.graph import Aval
+from popjit.ir.lazy import Lazy
+from popjit.ir.loop import Apply, Const, IndexValue
+from popjit.ir.opdef import REGISTRY, SOURCE, ElementCost, OpDef, register
 from popjit.ops.elementwise import no_gradient
-from popjit.ops.registry import REGISTRY, SOURCE, ElementCost, OpDef, register
 
 
 def _constant_infer(value: np.ndarray) -> Aval:
@@ -68,8 +69,6 @@ register(OpDef("iota", SOURCE, _iota_infer, _iota_ref, _lower_iota, cost=Element
 
 
 def _eye_infer(shape: tuple[int, ...], dtype: DType) -> Aval:
-    from popjit.errors import InvalidArgumentError
-
     if len(shape) < 2 or any(int(d) < 0 for d in shape):
         raise InvalidArgumentError(f"eye: shape {list(shape)} must be [*batch_shape, num_rows, num_columns] with "
                                    "non-negative sizes [Op:Eye]")

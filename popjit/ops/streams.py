@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from popjit.graph.ir import Aval
-from popjit.ops.registry import EFFECT, OpDef, register
+from popjit.ir.graph import Aval
+from popjit.ir.opdef import EFFECT, OpDef, register
 
 
 def _dequeue_infer(feed: int, avals: tuple[Aval, ...]) -> tuple[Aval, ...]:

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from popjit.errors import InvalidArgumentError
-from popjit.graph.ir import Aval
-from popjit.loop.ir import Kernel, Store, as_index, flat_index, iclamp, ivalue, ivar, row_major_strides
-from popjit.loop.lazy import Lazy
-from popjit.ops.registry import MOVEMENT, OpDef, register
+from popjit.ir.graph import Aval
+from popjit.ir.lazy import Lazy
+from popjit.ir.loop import Kernel, Store, as_index, flat_index, iclamp, ivalue, ivar, row_major_strides
+from popjit.ir.opdef import MOVEMENT, OpDef, register
 from popjit.ops.shapes import same_dtype
 
 

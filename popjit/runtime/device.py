@@ -7,17 +7,51 @@ running on an IPU device before the system is configured raises an error that sa
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from popjit import config
 from popjit.errors import InvalidArgumentError
-from popjit.runtime.flags import poplar_flags
+from popjit.flags import poplar_flags
 from popjit.schedule.target import Target, make_target
 
 log = logging.getLogger("popjit")
+
+CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
+_IPU_RE = re.compile(r"(?:^|/)device:IPU:(\d+)$", re.IGNORECASE)
+
+
+def canonical(name: str | None) -> str:
+    """``'/device:IPU:0'`` → ``'/job:localhost/replica:0/task:0/device:IPU:0'``; ``'cpu'`` → CPU:0."""
+    if not name:
+        return CPU
+    n = name.strip()
+    low = n.lower()
+    if low in ("cpu", "/cpu:0", "cpu:0", "/device:cpu:0"):
+        return CPU
+    m = re.search(r"device:(cpu|ipu|gpu|xla_cpu):(\d+)", n, re.IGNORECASE)
+    if m:
+        return f"/job:localhost/replica:0/task:0/device:{m.group(1).upper()}:{m.group(2)}"
+    m = re.fullmatch(r"/?(cpu|ipu|gpu):(\d+)", low)
+    if m:
+        return f"/job:localhost/replica:0/task:0/device:{m.group(1).upper()}:{m.group(2)}"
+    raise ValueError(f"Cannot parse device name {name!r}; use e.g. '/device:IPU:0' or '/device:CPU:0'.")
+
+
+@functools.lru_cache(maxsize=256)
+def ipu_ordinal(name: str) -> int | None:
+    """The IPU number in a device name, or None for other devices."""
+    m = _IPU_RE.search(name)
+    return int(m.group(1)) if m else None
+
+
+def is_ipu_device(name: str) -> bool:
+    """Whether ``name`` is an IPU device."""
+    return ipu_ordinal(name) is not None
 
 
 @dataclass

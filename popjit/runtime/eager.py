@@ -11,7 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from popjit.graph.ir import Aval, Binding, Graph, Node, Region, Value
+from popjit import dtypes
+from popjit.ir.graph import Aval, Binding, Graph, Node, Region, Value
+from popjit.pipeline import compile_cached
+from popjit.runtime import device as devices
 
 
 def single_op_graph(op: str, in_avals: Sequence[Aval], attrs: dict[str, Any], out_avals: Sequence[Aval]) -> Graph:
@@ -24,14 +27,9 @@ def single_op_graph(op: str, in_avals: Sequence[Aval], attrs: dict[str, Any], ou
 
 def run_on_ipu(op: str, arrays: Sequence[np.ndarray], attrs: dict[str, Any], out_avals: Sequence[Aval],
                device: str) -> list[np.ndarray]:
-    from popjit import dtypes
-    from popjit.frontend.device import ipu_ordinal
-    from popjit.runtime import cache
-    from popjit.runtime import device as devices
-
-    dev = devices.get_device(ipu_ordinal(device) or 0)
+    dev = devices.get_device(devices.ipu_ordinal(device) or 0)
     in_avals = [Aval(a.shape, dtypes.as_dtype(a.dtype)) for a in arrays]
     graph = single_op_graph(op, in_avals, attrs, out_avals)
-    exe = cache.compile_cached(graph, dev.target)
+    exe = compile_cached(graph, dev.target)
     dev.executions += 1
     return exe.run(list(arrays), {})

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from popjit.errors import NotFoundError
-from popjit.loop.ir import Buffer, Program
+from popjit.ir.loop import Buffer, Program
 
 _FEEDS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 _ids = itertools.count(1)
@@ -45,20 +45,25 @@ def _by_feed(buffers: list[Buffer]) -> dict[int, list[Buffer]]:
     return {k: sorted(v, key=lambda b: b.binding[2]) for k, v in grouped.items()}
 
 
-def take_inputs(program: Program) -> dict[int, np.ndarray]:
-    """The infeed elements for one execution, by buffer uid (``OutOfRangeError`` when a feed runs dry)."""
-    arrays: dict[int, np.ndarray] = {}
-    for feed_id, bufs in _by_feed(program.stream_in).items():
-        parts = lookup("infeed", feed_id).take(bufs[0].shape[0])
-        for b, a in zip(bufs, parts):
-            arrays[b.uid] = np.ascontiguousarray(a, dtype=b.dtype.np)
-    return arrays
+class RegisteredFeeds:
+    """The feeds registered here, as the :class:`~popjit.pipeline.executable.HostFeeds` executables run with."""
+
+    def take_inputs(self, program: Program) -> dict[int, np.ndarray]:
+        """The infeed elements for one execution, by buffer uid (``OutOfRangeError`` when a feed runs dry)."""
+        arrays: dict[int, np.ndarray] = {}
+        for feed_id, bufs in _by_feed(program.stream_in).items():
+            parts = lookup("infeed", feed_id).take(bufs[0].shape[0])
+            for b, a in zip(bufs, parts):
+                arrays[b.uid] = np.ascontiguousarray(a, dtype=b.dtype.np)
+        return arrays
+
+    def deliver_outputs(self, program: Program, arrays: dict[int, np.ndarray]) -> None:
+        """Hand each outfeed the values this execution wrote."""
+        for feed_id, bufs in _by_feed(program.stream_out).items():
+            lookup("outfeed", feed_id).put([arrays[b.uid] for b in bufs])
 
 
-def deliver_outputs(program: Program, arrays: dict[int, np.ndarray]) -> None:
-    """Hand each outfeed the values this execution wrote."""
-    for feed_id, bufs in _by_feed(program.stream_out).items():
-        lookup("outfeed", feed_id).put([arrays[b.uid] for b in bufs])
+FEEDS = RegisteredFeeds()
 
 
 class InterpreterStreams:

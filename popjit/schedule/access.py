@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from popjit.loop.ir import IAtom, IDiv, ILin, IMax, IMin, IMod, IValue, IVar
+from popjit.ir.loop import IAtom, IDiv, ILin, IMax, IMin, IMod, IValue, IVar
 from popjit.schedule.intervals import split_runs
 from popjit.schedule.mapping import TileMapping
 

@@ -17,7 +17,7 @@ import numpy as np
 from popjit import dtypes
 from popjit.dtypes import DType
 from popjit.errors import UnimplementedError
-from popjit.loop.ir import (
+from popjit.ir.loop import (
     Apply,
     Buffer,
     Const,

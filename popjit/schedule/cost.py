@@ -17,7 +17,7 @@ import numpy as np
 
 from popjit import dtypes
 from popjit.dtypes import DType
-from popjit.ops.registry import BINARY, UNARY, ElementCost
+from popjit.ops.registry import BINARY, UNARY, ElementCost, get
 
 Array = np.ndarray
 
@@ -174,8 +174,6 @@ def fill_cycles(dtype: DType, n: Array) -> Array:
 def binary_op_1d(n: Array, op: str = "add", dtype: DType = dtypes.float32, workers: int = 6) -> Array:
     """``popops::BinaryOp1D<op, dtype>`` over ``n`` elements on one tile (§3.2 worked example:
     float ADD of 1000 elements = 1,697 cycles)."""
-    from popjit.ops.registry import get
-
     use = OpUse(op, BINARY, family(dtype), get(op).cost or DEFAULT_COST)
     return elementwise_1d_cycles([use], np.asarray(n), workers)
 

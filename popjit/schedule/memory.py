@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from popjit.loop.ir import Buffer
+from popjit.ir.loop import Buffer
 from popjit.schedule import cost
 from popjit.schedule.computesets import ComputeSet
 from popjit.schedule.mapping import TileMapping

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from popjit.errors import ResourceExhaustedError
-from popjit.loop.ir import Buffer, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, While
+from popjit.ir.loop import Buffer, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, While
 from popjit.schedule import program as prog
 from popjit.schedule.computesets import Builder, ComputeSet
 from popjit.schedule.mapping import TileMapping

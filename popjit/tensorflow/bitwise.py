@@ -1,3 +1,3 @@
-"""``tf.bitwise``."""
+"""``tf.bitwise``: re-exported from :mod:`popjit.frontend.api.bitwise`."""
 
-from popjit.frontend.math_ops import bitwise_and, bitwise_or, bitwise_xor, invert  # noqa: F401
+from popjit.frontend.api.bitwise import *  # noqa: F403

@@ -1,3 +1,3 @@
-"""``tf.linalg``."""
+"""``tf.linalg``: re-exported from :mod:`popjit.frontend.api.linalg`."""
 
-from popjit.frontend.math_ops import matmul  # noqa: F401
+from popjit.frontend.api.linalg import *  # noqa: F403

@@ -1,4 +1,3 @@
-"""``tf.math``."""
+"""``tf.math``: re-exported from :mod:`popjit.frontend.api.math`."""
 
-from popjit.frontend.gather_ops import unsorted_segment_sum  # noqa: F401
-from popjit.frontend.math_ops import *  # noqa: F403
+from popjit.frontend.api.math import *  # noqa: F403

@@ -1,3 +1,3 @@
-"""``tf.nest``."""
+"""``tf.nest``: re-exported from :mod:`popjit.frontend.api.nest`."""
 
-from popjit.frontend.nest import assert_same_structure, flatten, map_structure, pack_sequence_as  # noqa: F401
+from popjit.frontend.api.nest import *  # noqa: F403

@@ -1,18 +1,3 @@
-"""``tf.nn``."""
+"""``tf.nn``: re-exported from :mod:`popjit.frontend.api.nn`."""
 
-from popjit.frontend.math_ops import (  # noqa: F401
-    elu,
-    gelu,
-    log_softmax,
-    relu,
-    relu6,
-    sigmoid,
-    softmax,
-    softplus,
-    tanh,
-)
-from popjit.frontend.nn_ops import (  # noqa: F401
-    sigmoid_cross_entropy_with_logits,
-    softmax_cross_entropy_with_logits,
-    sparse_softmax_cross_entropy_with_logits,
-)
+from popjit.frontend.api.nn import *  # noqa: F403

@@ -1,12 +1,3 @@
-"""``tf.random``: seeded and stateless random tensors (see :mod:`popjit.frontend.random_ops`)."""
+"""``tf.random``: re-exported from :mod:`popjit.frontend.api.random`."""
 
-from popjit.frontend.random_ops import (  # noqa: F401
-    get_global_seed,
-    normal,
-    set_seed,
-    stateless_normal,
-    stateless_truncated_normal,
-    stateless_uniform,
-    truncated_normal,
-    uniform,
-)
+from popjit.frontend.api.random import *  # noqa: F403

@@ -134,7 +134,7 @@ def _layer_and_cache_dir(env_layer: str | None) -> tuple[str, str]:
         import numba, numpy as np
         import popjit.tensorflow as tf
         from popjit import config
-        from popjit.codegen.compile import machine_code_dir
+        from popjit.kernels.jit import machine_code_dir
         with config.context(PARALLEL_MIN_ELEMENTS=1):
             tf.function(lambda x: tf.tanh(x) * 2.0, jit_compile=True)(np.ones(64, np.float32))
         print(numba.threading_layer(), machine_code_dir())

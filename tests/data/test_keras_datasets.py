@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import popjit.tensorflow as tf
-from popjit.tensorflow.keras.datasets import fashion_mnist, mnist
+from popjit.keras.datasets import fashion_mnist, mnist
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import popjit.tensorflow as tf
 from popjit import dtypes
 from popjit.errors import VerifyError
 from popjit.graph.interpret import interpret
-from popjit.graph.ir import Aval, Binding, Graph, Node, Region, Value
 from popjit.graph.passes import const_fold, cse, dce, plan_fusion
 from popjit.graph.verify import verify
+from popjit.ir.graph import Aval, Binding, Graph, Node, Region, Value
 
 F32 = dtypes.float32
 

@@ -11,10 +11,10 @@ import textwrap
 
 import pytest
 
+from popjit import flags
 from popjit.errors import InvalidArgumentError
+from popjit.flags import FLAGS, TFPoplarFlagsError, parse, poplar_flags
 from popjit.ipu import utils
-from popjit.runtime import flags
-from popjit.runtime.flags import FLAGS, TFPoplarFlagsError, parse, poplar_flags
 
 
 @pytest.fixture(autouse=True)

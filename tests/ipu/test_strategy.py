@@ -12,7 +12,7 @@ import pytest
 import popjit
 import popjit.tensorflow as tf
 from popjit.errors import InvalidArgumentError, UnimplementedError
-from popjit.runtime.flags import TFPoplarFlagsError
+from popjit.flags import TFPoplarFlagsError
 from popjit.tensorflow.python import ipu
 
 MATMUL_RESULT = np.array([[22.0, 28.0], [49.0, 64.0]], np.float32)

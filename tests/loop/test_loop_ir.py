@@ -6,8 +6,8 @@ import numpy as np
 
 import popjit.tensorflow as tf
 from popjit.frontend.control_flow import for_range
+from popjit.ir.loop import Copy, Kernel, MatMul, Repeat
 from popjit.loop.interpret import interpret
-from popjit.loop.ir import Copy, Kernel, MatMul, Repeat
 from popjit.pipeline import lower_graph, optimize_graph
 
 

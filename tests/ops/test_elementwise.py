@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 import popjit.tensorflow as tf
 from popjit import dtypes
 from popjit.errors import InvalidArgumentError, UnimplementedError
-from popjit.graph.ir import Aval
+from popjit.ir.graph import Aval
 from popjit.ops import registry
 from tests.helpers import TOLERANCE
 from tests.ops.strategies import (

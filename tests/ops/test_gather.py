@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import popjit.tensorflow as tf
 from popjit.errors import InvalidArgumentError
-from popjit.loop.ir import Kernel
+from popjit.ir.loop import Kernel
 from tests.ops.strategies import DTYPES, arrays, check_paths, finite_values, run_all, tensorflow_or_skip
 
 

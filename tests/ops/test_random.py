@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 import popjit.tensorflow as tf
 from popjit import dtypes
 from popjit.errors import InvalidArgumentError
+from popjit.ir.loop import Kernel
 from popjit.kernels import random as kr
-from popjit.loop.ir import Kernel
 from popjit.ops import random as rops
 from tests.ops.strategies import check_paths, run_all, run_path
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import popjit.tensorflow as tf
 from popjit.frontend.tracing import apply_op
-from popjit.loop.ir import Copy, Repeat
+from popjit.ir.loop import Copy, Repeat
 from tests.ops.strategies import DTYPES, arrays, check_paths, finite_values, run_all
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from popjit import dtypes
-from popjit.loop.ir import Apply, Buffer, Expr, Kernel, Load, Program, Store, as_index, ivar
+from popjit.ir.loop import Apply, Buffer, Expr, Kernel, Load, Program, Store, as_index, ivar
 from popjit.pipeline import lower_graph, optimize_graph
 
 F32 = dtypes.float32

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from popjit import dtypes
-from popjit.loop.ir import Const
+from popjit.ir.loop import Const
 from popjit.schedule import make_target, schedule_program
 from popjit.schedule.computesets import Builder
 from popjit.schedule.mapping import LinearAllocator, linear_mapping, single_tile_mapping

@@ -12,7 +12,7 @@ import pytest
 import popjit.tensorflow as tf
 from popjit.errors import ResourceExhaustedError
 from popjit.frontend.control_flow import cond, for_range, while_loop
-from popjit.loop.ir import Const, If, Repeat, ivalue, ivar
+from popjit.ir.loop import Const, If, Repeat, ivalue, ivar
 from popjit.pipeline import compile_graph
 from popjit.schedule import cost, make_target, schedule_program
 from popjit.schedule.memory import CATEGORIES, OutOfMemoryWarning
@@ -141,7 +141,7 @@ def test__hand_computed__sum_of_64_floats_on_4_tiles():
     # tiles 0 and 1 each reduce their 32 floats to one partial; the scalar result is allocated
     # on the next tile (2), which receives the two 4-byte partials and adds them
     x, o = buf("x", (64,), "arg"), buf("o", (), "out")
-    from popjit.loop.ir import Kernel, Reduce, Store
+    from popjit.ir.loop import Kernel, Reduce, Store
 
     k = Kernel("sum", (), [Store(o, ivar("r0") * 0, load(x, ivar("r0")))], Reduce("sum", (64,)))
     sched = schedule_program(program([k], [x], [o]), make_target("ipu2", 4))

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from popjit import dtypes
-from popjit.frontend import control_flow, math_ops, nest
+from popjit.frontend import control_flow, gather_ops, math_ops, nest
 from popjit.frontend.autograph.errors import LoopVariableError, UnsupportedControlFlowError
 from popjit.frontend.autograph.runtime import (
     Undefined,
@@ -65,8 +65,6 @@ def _graph_iteration(iterable: Any) -> tuple[_Range | None, Callable[[Tensor], A
 
 def _row(t: Tensor, i: Tensor) -> Tensor:
     """``t[i]`` for a loop index ``i`` (never negative, so no wrap-around select)."""
-    from popjit.frontend import gather_ops
-
     return gather_ops.gather(t, i, axis=0)
 
 

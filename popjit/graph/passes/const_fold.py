@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from popjit.graph.ir import Graph, Node, Region
+from popjit.graph.passes.dce import dce
+from popjit.ir.graph import Graph, Node, Region
 from popjit.ops import registry
 
 MAX_FOLDED_ELEMENTS = 4096
@@ -38,6 +39,5 @@ def _fold_region(region: Region, consts: dict[int, np.ndarray]) -> None:
 
 def const_fold(graph: Graph) -> Graph:
     _fold_region(graph.region, {})
-    from popjit.graph.passes.dce import dce
 
     return dce(graph)

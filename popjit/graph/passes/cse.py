@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from popjit.graph.ir import Graph, Region, Value, attr_key
+from popjit.graph.passes.dce import dce
+from popjit.ir.graph import Graph, Region, Value, attr_key
 from popjit.ops import registry
 
 
@@ -31,6 +32,5 @@ def _cse_region(region: Region, available: dict[Any, list[Value]], replace: dict
 
 def cse(graph: Graph) -> Graph:
     _cse_region(graph.region, {}, {})
-    from popjit.graph.passes.dce import dce
 
     return dce(graph)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from popjit.graph.ir import Graph, Node, Region
+from popjit.ir.graph import Graph, Node, Region
 from popjit.ops import registry
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from popjit.graph.ir import Graph, Node, Region
+from popjit.ir.graph import Graph, Node, Region
 from popjit.ops import registry
 
 MAX_FUSED_OPS = 48

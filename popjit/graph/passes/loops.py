@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from popjit import dtypes
-from popjit.graph.ir import Aval, Graph, Node, Region, Value
 from popjit.graph.passes.dce import dce, has_effect
+from popjit.ir.graph import Aval, Graph, Node, Region, Value
 
 
 def _region_uses(region: Region) -> set[int]:

@@ -3,6 +3,7 @@
 from popjit.data import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Dataset, Options  # noqa: F401
 from popjit.data.iterator import HostIterator as Iterator  # noqa: F401
 from popjit.data.options import DistributeOptions, OptimizationOptions, ThreadingOptions  # noqa: F401
+from popjit.errors import missing_api
 from popjit.tensorflow.data import experimental  # noqa: F401
 
 DatasetV2 = Dataset
@@ -11,6 +12,5 @@ DatasetV2 = Dataset
 def __getattr__(name: str) -> None:
     if name.startswith("__"):
         raise AttributeError(name)
-    from popjit.errors import missing_api
 
     raise missing_api("tf.data", name)

@@ -7,6 +7,7 @@ from typing import Any
 
 from popjit.data import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Dataset  # noqa: F401
 from popjit.data.options import AutoShardPolicy  # noqa: F401
+from popjit.errors import missing_api
 
 
 def cardinality(dataset: Dataset) -> Any:
@@ -22,6 +23,5 @@ def enumerate_dataset(start: int = 0) -> Callable[[Dataset], Dataset]:
 def __getattr__(name: str) -> None:
     if name.startswith("__"):
         raise AttributeError(name)
-    from popjit.errors import missing_api
 
     raise missing_api("tf.data.experimental", name)

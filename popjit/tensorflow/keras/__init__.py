@@ -1,5 +1,6 @@
 """``tf.keras``: Keras's namespace over :mod:`popjit.keras`."""
 
+from popjit.errors import missing_api
 from popjit.keras.keras_tensor import Input  # noqa: F401
 from popjit.keras.models import Model, Sequential  # noqa: F401
 from popjit.tensorflow.keras import (  # noqa: F401
@@ -19,6 +20,5 @@ __version__ = "2.6.0"
 def __getattr__(name: str) -> None:
     if name.startswith("__"):
         raise AttributeError(name)
-    from popjit.errors import missing_api
 
     raise missing_api("tf.keras", name)

@@ -4,6 +4,8 @@
 from collections.abc import Callable
 from typing import Any
 
+from popjit.errors import missing_api
+
 
 def missing(module: str) -> Callable[[str], Any]:
     """A module ``__getattr__`` that reports ``module.<name>`` as not implemented."""
@@ -11,7 +13,6 @@ def missing(module: str) -> Callable[[str], Any]:
     def module_getattr(name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        from popjit.errors import missing_api
 
         raise missing_api(module, name)
 

@@ -6,7 +6,7 @@ resolved by an import finder; a module added to ``popjit/ipu/`` is importable un
 without any file here.
 """
 
-from popjit.tensorflow.python._alias import alias_package
+from popjit.aliases import alias_package
 
 alias_package("popjit.tensorflow.python.ipu", "popjit.ipu")
 

@@ -1,6 +1,3 @@
-"""``tf.keras.datasets``: loaders that read the standard Keras cache files (nothing is downloaded).
-
-Also reachable as ``tensorflow.python.keras.datasets`` under ``popjit run``.
-"""
+"""``tf.keras.datasets``: re-exported from :mod:`popjit.keras.datasets` (also ``tensorflow.python.keras.datasets``)."""
 
 from popjit.tensorflow.keras.datasets import fashion_mnist, mnist  # noqa: F401

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from popjit.dtypes import DType
-from popjit.loop.ir import Apply, Buffer, Expr, ILin, Load, as_index, flat_index, freeze_attrs, row_major_strides
+from popjit.ir.loop import Apply, Buffer, Expr, ILin, Load, as_index, flat_index, freeze_attrs, row_major_strides
 
 Index = tuple[ILin, ...]
 

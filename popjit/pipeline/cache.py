@@ -8,24 +8,23 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import Any
 
 from popjit.errors import OpError
-from popjit.graph.ir import Graph
 from popjit.graph.verify import check_device_dtypes
+from popjit.ir.graph import Graph
+from popjit.pipeline.compiler import compile_graph
+from popjit.pipeline.executable import Executable
 from popjit.schedule.schedule import OutOfMemoryWarning
 from popjit.schedule.target import Target
 from popjit.source import user_location, where
 
-_EXECUTABLES: dict[tuple[str, Target | None], Any] = {}
+_EXECUTABLES: dict[tuple[str, Target | None], Executable] = {}
 _lock = threading.Lock()
 stats = {"compilations": 0, "hits": 0}
 
 
-def compile_cached(graph: Graph, target: Target | None) -> Any:
+def compile_cached(graph: Graph, target: Target | None) -> Executable:
     """The executable for ``graph`` on ``target`` (None: the host, with no tile-memory limit)."""
-    from popjit.pipeline import compile_graph
-
     if target is not None:  # an IPU program: refuse what the IPU cannot hold before compiling
         check_device_dtypes(graph)
     key = (graph.fingerprint(), target)
@@ -33,14 +32,14 @@ def compile_cached(graph: Graph, target: Target | None) -> Any:
         if key in _EXECUTABLES:
             stats["hits"] += 1
             return _EXECUTABLES[key]
-    exe = _compile_at_user_line(graph, target, compile_graph)
+    exe = _compile_at_user_line(graph, target)
     with _lock:
         _EXECUTABLES.setdefault(key, exe)
         stats["compilations"] += 1
     return exe
 
 
-def _compile_at_user_line(graph: Graph, target: Target | None, compile_graph: Any) -> Any:
+def _compile_at_user_line(graph: Graph, target: Target | None) -> Executable:
     """Compile; errors and out-of-memory warnings name the user's line that asked for the program."""
     loc = user_location()
     with warnings.catch_warnings(record=True) as caught:

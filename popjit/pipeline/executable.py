@@ -1,4 +1,8 @@
-"""A compiled program: its IRs, its schedule, and the native engine that runs it."""
+"""A compiled program: its IRs, its schedule, and the native engine that runs it.
+
+A program with infeeds or outfeeds exchanges data with the host around each run through a
+:class:`HostFeeds` (the runtime's feed registry, :data:`popjit.runtime.streams.FEEDS`).
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,15 @@ import contextlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from popjit.codegen.engine import EngineSource, storage_dtype
-from popjit.graph.ir import Graph
-from popjit.loop.ir import Buffer, Program
-from popjit.runtime import streams
+from popjit.errors import FailedPreconditionError
+from popjit.ir.graph import Graph
+from popjit.ir.loop import Buffer, Program
+from popjit.kernels.jit import threading_layer
 
 
 def device_view(array: np.ndarray, buf: Buffer) -> np.ndarray:
@@ -23,14 +28,24 @@ def device_view(array: np.ndarray, buf: Buffer) -> np.ndarray:
     return flat if flat.dtype == want else flat.view(want)
 
 
+class HostFeeds(Protocol):
+    """The host side of a program's streams: what its infeeds read and where its outfeeds go."""
+
+    def take_inputs(self, program: Program) -> dict[int, np.ndarray]:
+        """The infeed elements one execution reads, by stream buffer uid (may raise ``OutOfRangeError``)."""
+        ...
+
+    def deliver_outputs(self, program: Program, arrays: dict[int, np.ndarray]) -> None:
+        """Hand the outfeeds what one execution wrote, by stream buffer uid."""
+        ...
+
+
 _ENGINE_LOCK = threading.Lock()
 
 
 def _engine_guard() -> contextlib.AbstractContextManager:
     """Serialise engines under Numba's workqueue layer, which aborts the process when two threads
     launch parallel code at once; other layers let engines from different threads overlap."""
-    from popjit.kernels.jit import threading_layer
-
     return _ENGINE_LOCK if threading_layer() == "workqueue" else contextlib.nullcontext()
 
 
@@ -50,10 +65,15 @@ class Executable:
     def __post_init__(self) -> None:
         self._const_views = [device_view(b.value, b) for b in self.program.consts]  # type: ignore[arg-type]
 
-    def run(self, args: Sequence[np.ndarray], variables: dict[int, np.ndarray]) -> list[np.ndarray]:
-        """Run with positional ``args``; ``variables`` (id → device buffer) are updated in place."""
+    def run(self, args: Sequence[np.ndarray], variables: dict[int, np.ndarray],
+            feeds: HostFeeds | None = None) -> list[np.ndarray]:
+        """Run with positional ``args``; ``variables`` (id → device buffer) are updated in place; a
+        program with streams reads and writes them through ``feeds``."""
         p = self.program
-        fed = streams.take_inputs(p) if p.stream_in else {}  # first: a dry infeed fails before anything runs
+        if (p.stream_in or p.stream_out) and feeds is None:
+            raise FailedPreconditionError(
+                f"'{self.graph.name}' uses infeeds or outfeeds: run it with the host's feeds.")
+        fed = feeds.take_inputs(p) if p.stream_in else {}  # first: a dry infeed fails before anything runs
         outs = [np.empty(b.shape, b.dtype.np) for b in p.outs]
         drained = {b.uid: np.empty(b.shape, b.dtype.np) for b in p.stream_out}
         buffers = [device_view(np.asarray(args[b.binding], dtype=b.dtype.np), b) for b in p.args]
@@ -67,7 +87,7 @@ class Executable:
             self.engine(*buffers, self.engine_source.ints, self.engine_source.floats)
         self.runs += 1
         if drained:
-            streams.deliver_outputs(p, drained)
+            feeds.deliver_outputs(p, drained)
         return outs
 
     def as_text(self, stage: str = "graph") -> str:

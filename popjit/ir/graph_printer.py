@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from popjit.dtypes import DType
-from popjit.graph.ir import Graph, Node, Region, Value
+from popjit.ir.graph import Graph, Node, Region, Value
 
 REGION_NAMES = {"while": ("cond", "body"), "if": ("then", "else")}
 _SMALL_CONSTANT = 8

@@ -174,13 +174,15 @@ class Graph:
         return [(b.key, p) for b, p in zip(self.param_bindings, self.params) if b.kind == "arg"]
 
     def as_text(self) -> str:
-        from popjit.graph.printer import print_graph
+        # why: the printer is written over these classes (it imports this module)
+        from popjit.ir.graph_printer import print_graph
 
         return print_graph(self)
 
     def fingerprint(self) -> str:
         """A hash of the graph's structure, shapes, attributes and constant contents."""
-        from popjit.graph.printer import print_graph
+        # why: the printer is written over these classes (it imports this module)
+        from popjit.ir.graph_printer import print_graph
 
         return hashlib.sha256(print_graph(self, digest_constants=True).encode()).hexdigest()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from popjit.loop.ir import (
+from popjit.ir.loop import (
     Apply,
     Const,
     Copy,

@@ -2,7 +2,7 @@
 
     graph ──verify──const_fold──cse──dce──plan_fusion──► lower ──loop passes──► schedule ──► codegen ──► engine
 
-``compile_graph`` runs every stage and returns an :class:`~popjit.runtime.executable.Executable`.
+``compile_graph`` runs every stage and returns an :class:`~popjit.pipeline.executable.Executable`.
 ``POPJIT_DEBUG`` levels print each stage (see ``docs/env_vars.md``).
 """
 
@@ -14,14 +14,14 @@ from collections.abc import Callable
 from popjit import config
 from popjit.codegen.compile import Timer, load_engine
 from popjit.codegen.engine import render_engine
-from popjit.graph.ir import Graph
 from popjit.graph.passes import const_fold, cse, dce, plan_fusion
 from popjit.graph.passes.loops import prune_loop_state
 from popjit.graph.verify import verify
+from popjit.ir.graph import Graph
+from popjit.ir.loop import Program
 from popjit.loop import passes as loop_passes
-from popjit.loop.ir import Program
 from popjit.loop.lower import lower
-from popjit.runtime.executable import Executable
+from popjit.pipeline.executable import Executable
 from popjit.schedule import Target, make_target, schedule_program
 
 GRAPH_PASSES: list[tuple[str, Callable[[Graph], Graph]]] = [

@@ -6,7 +6,7 @@ recognised with its type; popjit acts on the ones that mean something for a virt
 (``--use_ipu_model``, ``--ipu_model_tiles``, ``--executable_cache_path``, ``--show_progress_bar``,
 the synthetic-data flags) and accepts the rest so that existing launch scripts keep working.
 
-    from popjit.runtime.flags import poplar_flags
+    from popjit.flags import poplar_flags
     poplar_flags().use_ipu_model          # parsed from os.environ, cached per value
 
 The flags are parsed when the IPU system is configured and whenever an IPU device is used (see

@@ -169,7 +169,8 @@ class ILin:
         return out
 
     def __repr__(self) -> str:
-        from popjit.loop.printer import format_index
+        # why: the printer is written over these classes (it imports this module)
+        from popjit.ir.loop_printer import format_index
 
         return format_index(self)
 
@@ -342,7 +343,8 @@ class Expr:
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        from popjit.loop.printer import format_expr
+        # why: the printer is written over these classes (it imports this module)
+        from popjit.ir.loop_printer import format_expr
 
         return format_expr(self)
 
@@ -601,7 +603,8 @@ class Program:
         return [*self.args, *self.variables, *self.consts, *self.outs, *self.stream_in, *self.stream_out, *self.temps]
 
     def as_text(self) -> str:
-        from popjit.loop.printer import print_program
+        # why: the printer is written over these classes (it imports this module)
+        from popjit.ir.loop_printer import print_program
 
         return print_program(self)
 

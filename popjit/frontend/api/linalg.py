@@ -1,0 +1,3 @@
+"""``tf.linalg``."""
+
+from popjit.frontend.math_ops import matmul  # noqa: F401
