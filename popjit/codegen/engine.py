@@ -20,7 +20,7 @@ import numpy as np
 from popjit import config, dtypes
 from popjit.codegen.render import Rendered, render_kernel
 from popjit.dtypes import DType
-from popjit.ir.loop import Buffer, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, While
+from popjit.ir.loop import Buffer, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, StmtVisitor, While
 
 
 @dataclass
@@ -52,7 +52,9 @@ def matmul_codelet(dtype: DType) -> str:
     return "matmul_int"
 
 
-class _Emitter:
+class _Emitter(StmtVisitor):
+    """Writes the engine's lines: a codelet call per kernel, library calls, native control flow."""
+
     def __init__(self, program: Program) -> None:
         self.program = program
         self.ints: list[int] = []
@@ -68,6 +70,8 @@ class _Emitter:
             self.names[b.uid] = f"B{k}"
         self.arguments = args
         self.loop_depth = 0
+        self.lines: list[str] = []
+        self.depth = 1
 
     def int(self, v: int) -> str:
         self.ints.append(int(v))
@@ -80,50 +84,64 @@ class _Emitter:
     def buf(self, b: Buffer) -> str:
         return self.names[b.uid]
 
-    def block(self, stmts: list[Stmt], ind: int) -> list[str]:
-        out: list[str] = []
-        for s in stmts:
-            out.extend(self.stmt(s, ind))
-        return out or ["    " * ind + "pass"]
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.depth + line)
 
-    def stmt(self, s: Stmt, ind: int) -> list[str]:
-        pad = "    " * ind
-        if isinstance(s, Kernel):
-            parallel = s.size >= config.get("PARALLEL_MIN_ELEMENTS") and not config.get("DISABLE_NUMBA")
-            r = render_kernel(s, parallel)
-            self.codelets[r.func] = r
-            args = [self.buf(b) for b in r.buffers] + [self.int(v) for v in r.ints] + [self.float(v) for v in r.floats]
-            return [f"{pad}{r.func}({', '.join(args)})  # {s.name}"]
-        if isinstance(s, MatMul):
-            fn = matmul_codelet(s.out.dtype)
-            self.library[fn] = "popjit.kernels.matmul"
-            nums = [s.batch, s.m, s.n, s.k]
-            args = [self.buf(s.out), self.buf(s.a), self.buf(s.b), *map(self.int, nums),
-                    str(bool(s.ta)), str(bool(s.tb)), self.int(s.a_batch_stride), self.int(s.b_batch_stride),
-                    self.float(s.alpha), self.float(s.beta)]
-            return [f"{pad}{fn}({', '.join(args)})  # {s.name}"]
-        if isinstance(s, Copy):
-            self.library["copy"] = "popjit.kernels.copy"
-            return [f"{pad}copy({self.buf(s.dst)}, {self.buf(s.src)})"]
-        if isinstance(s, Repeat):
-            self.loop_depth += 1
-            lines = [f"{pad}for _r{self.loop_depth} in range({self.int(s.count)}):", *self.block(s.body, ind + 1)]
-            self.loop_depth -= 1
-            return lines
-        if isinstance(s, While):
-            self.loop_depth += 1
-            n = f"_n{self.loop_depth}"
-            lines = [f"{pad}{n} = 0", f"{pad}while True:", *self.block(s.cond, ind + 1),
-                     f"{pad}    if not {self.buf(s.pred)}[0]:", f"{pad}        break"]
-            if s.max_iterations is not None:
-                lines += [f"{pad}    if {n} >= {self.int(s.max_iterations)}:", f"{pad}        break"]
-            lines += [*self.block(s.body, ind + 1), f"{pad}    {n} += 1"]
-            self.loop_depth -= 1
-            return lines
-        if isinstance(s, If):
-            return [f"{pad}if {self.buf(s.pred)}[0]:", *self.block(s.then, ind + 1), f"{pad}else:",
-                    *self.block(s.orelse, ind + 1)]
-        raise TypeError(f"engine: unknown statement {s!r}")
+    def nested(self, stmts: list[Stmt]) -> None:
+        """``stmts`` one level deeper (``pass`` for an empty block)."""
+        self.depth += 1
+        before = len(self.lines)
+        self.block(stmts)
+        if len(self.lines) == before:
+            self.emit("pass")
+        self.depth -= 1
+
+    def visit_kernel(self, s: Kernel) -> None:
+        parallel = s.size >= config.get("PARALLEL_MIN_ELEMENTS") and not config.get("DISABLE_NUMBA")
+        r = render_kernel(s, parallel)
+        self.codelets[r.func] = r
+        args = [self.buf(b) for b in r.buffers] + [self.int(v) for v in r.ints] + [self.float(v) for v in r.floats]
+        self.emit(f"{r.func}({', '.join(args)})  # {s.name}")
+
+    def visit_matmul(self, s: MatMul) -> None:
+        fn = matmul_codelet(s.out.dtype)
+        self.library[fn] = "popjit.kernels.matmul"
+        nums = [s.batch, s.m, s.n, s.k]
+        args = [self.buf(s.out), self.buf(s.a), self.buf(s.b), *map(self.int, nums),
+                str(bool(s.ta)), str(bool(s.tb)), self.int(s.a_batch_stride), self.int(s.b_batch_stride),
+                self.float(s.alpha), self.float(s.beta)]
+        self.emit(f"{fn}({', '.join(args)})  # {s.name}")
+
+    def visit_copy(self, s: Copy) -> None:
+        self.library["copy"] = "popjit.kernels.copy"
+        self.emit(f"copy({self.buf(s.dst)}, {self.buf(s.src)})")
+
+    def visit_repeat(self, s: Repeat) -> None:
+        self.loop_depth += 1
+        self.emit(f"for _r{self.loop_depth} in range({self.int(s.count)}):")
+        self.nested(s.body)
+        self.loop_depth -= 1
+
+    def visit_while(self, s: While) -> None:
+        self.loop_depth += 1
+        n = f"_n{self.loop_depth}"
+        self.emit(f"{n} = 0")
+        self.emit("while True:")
+        self.nested(s.cond)
+        self.emit(f"    if not {self.buf(s.pred)}[0]:")
+        self.emit("        break")
+        if s.max_iterations is not None:
+            self.emit(f"    if {n} >= {self.int(s.max_iterations)}:")
+            self.emit("        break")
+        self.nested(s.body)
+        self.emit(f"    {n} += 1")
+        self.loop_depth -= 1
+
+    def visit_if(self, s: If) -> None:
+        self.emit(f"if {self.buf(s.pred)}[0]:")
+        self.nested(s.then)
+        self.emit("else:")
+        self.nested(s.orelse)
 
 
 def needs_native(program: Program) -> bool:
@@ -136,7 +154,8 @@ def needs_native(program: Program) -> bool:
 def render_engine(program: Program) -> EngineSource:
     """Render ``program`` as an engine function plus the codelets it calls."""
     em = _Emitter(program)
-    body = em.block(program.body, 1)
+    em.block(program.body)
+    body = em.lines or ["    pass"]
     params = ", ".join([*(em.buf(b) for b in em.arguments), "P", "F"])
     text = "\n".join([f"def engine({params}):", *body, "    return 0", ""])
     name = "e_" + hashlib.sha256(text.encode()).hexdigest()[:20]

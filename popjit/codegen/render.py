@@ -30,7 +30,7 @@ from popjit.ir.loop import (
     Kernel,
     Load,
 )
-from popjit.ir.loop_printer import format_index
+from popjit.ir.loop_printer import IndexFormatter
 from popjit.ops import registry
 
 HEADER = """import numpy as np
@@ -97,10 +97,12 @@ def compute_type(dtype: DType) -> str:
     return f"np.{dtype.np.name}"
 
 
-class _Body:
-    """Renders expressions as a sequence of SSA assignments, one per distinct subexpression."""
+class _Body(IndexFormatter):
+    """Renders expressions as a sequence of SSA assignments, one per distinct subexpression; indices
+    as Python source with their integers as parameters."""
 
     def __init__(self, params: _Params, hoisted: list[str]) -> None:
+        super().__init__(params.int, self.expr)
         self.params = params
         self.lines: list[str] = []
         self.memo: dict[Any, str] = {}
@@ -122,47 +124,47 @@ class _Body:
             self.hoisted.append(f"{name} = {code}")
         return self.hoist_memo[key]
 
-    # index expressions -------------------------------------------------------------------------
-    def index(self, ix: ILin) -> str:
-        return format_index(ix, self.params.int, self.expr)
-
     # value expressions -------------------------------------------------------------------------
     def expr(self, e: Expr) -> str:
         if e in self.memo:
             return self.memo[e]
-        if isinstance(e, Load):
-            ref = _at(self.params.buf(e.buf), self.index(e.index))
-            code = f"f16_to_f32({ref})" if e.buf.dtype == dtypes.float16 else ref
-            if _loop_invariant(e.index):
-                # why: LLVM cannot prove the loop's stores don't alias a scalar load such as `b0[0]`,
-                # so it would reload it every iteration and not vectorise; the kernel never writes a
-                # buffer it reads elsewhere (in-place updates read only the element they write).
-                return self.hoist(code, ("load", e))
-            return self.tmp(code, e)
-        if isinstance(e, Const):
-            return self.const(e.value, e.dtype)
-        if isinstance(e, IndexValue):
-            code = self.index(e.index)
-            if e.dtype == dtypes.float16:
-                return self.tmp(f"f16_to_f32(f32_to_f16(np.float32({code})))", e)
-            return self.tmp(code if not e.dtype.is_floating else f"{compute_type(e.dtype)}({code})", e)
-        if isinstance(e, Apply):
-            args = [self.expr(a) for a in e.args]
-            op = registry.get(e.op)
-            in_dtype = e.args[1].dtype if e.op == "select" else e.args[0].dtype
-            code = registry.facet(op, "scalar")(args, in_dtype, **e.attr_dict)
-            if e.dtype == dtypes.float16 and e.op not in F16_EXACT:
-                # why: float16 computes in float32, but each op's result rounds to float16 as in
-                # TensorFlow, XLA and on the IPU, also inside a fused chain.
-                code = f"f16_to_f32(f32_to_f16(np.float32({code})))"
-            elif e.dtype.is_floating and not (e.args and e.args[-1].dtype.is_floating and e.op != "cast"):
-                code = f"{compute_type(e.dtype)}({code})"
-            elif e.dtype.is_integer:
-                # why: Numba computes int32 arithmetic in int64; wrap each result to its dtype, so a
-                # fused ``(a * b) // c`` overflows like TensorFlow's ``a * b`` does.
-                code = f"{compute_type(e.dtype)}({code})"
-            return self.tmp(code, e)
-        raise TypeError(e)
+        return super().expr(e)
+
+    def visit_load(self, e: Load) -> str:
+        ref = _at(self.params.buf(e.buf), self.index(e.index))
+        code = f"f16_to_f32({ref})" if e.buf.dtype == dtypes.float16 else ref
+        if _loop_invariant(e.index):
+            # why: LLVM cannot prove the loop's stores don't alias a scalar load such as `b0[0]`,
+            # so it would reload it every iteration and not vectorise; the kernel never writes a
+            # buffer it reads elsewhere (in-place updates read only the element they write).
+            return self.hoist(code, ("load", e))
+        return self.tmp(code, e)
+
+    def visit_const(self, e: Const) -> str:
+        return self.const(e.value, e.dtype)
+
+    def visit_index_value(self, e: IndexValue) -> str:
+        code = self.index(e.index)
+        if e.dtype == dtypes.float16:
+            return self.tmp(f"f16_to_f32(f32_to_f16(np.float32({code})))", e)
+        return self.tmp(code if not e.dtype.is_floating else f"{compute_type(e.dtype)}({code})", e)
+
+    def visit_apply(self, e: Apply) -> str:
+        args = [self.expr(a) for a in e.args]
+        op = registry.get(e.op)
+        in_dtype = e.args[1].dtype if e.op == "select" else e.args[0].dtype
+        code = registry.facet(op, "scalar")(args, in_dtype, **e.attr_dict)
+        if e.dtype == dtypes.float16 and e.op not in F16_EXACT:
+            # why: float16 computes in float32, but each op's result rounds to float16 as in
+            # TensorFlow, XLA and on the IPU, also inside a fused chain.
+            code = f"f16_to_f32(f32_to_f16(np.float32({code})))"
+        elif e.dtype.is_floating and not (e.args and e.args[-1].dtype.is_floating and e.op != "cast"):
+            code = f"{compute_type(e.dtype)}({code})"
+        elif e.dtype.is_integer:
+            # why: Numba computes int32 arithmetic in int64; wrap each result to its dtype, so a
+            # fused ``(a * b) // c`` overflows like TensorFlow's ``a * b`` does.
+            code = f"{compute_type(e.dtype)}({code})"
+        return self.tmp(code, e)
 
     def const(self, value: Any, dtype: DType) -> str:
         if dtype.is_bool:

@@ -9,6 +9,10 @@ sliced load is a plain affine index.
 
 Statements: :class:`Kernel`, :class:`MatMul`, :class:`Copy`, :class:`Repeat`, :class:`While`,
 :class:`If`. A :class:`Program` is the statement list plus its buffers.
+
+Passes, the printer, the interpreters, the access analysis and the code generator traverse the IR
+with the functors at the end of this module (:class:`ExprVisitor`, :class:`ExprMutator`,
+:class:`StmtVisitor`, :class:`StmtMutator`): each node class names its ``visit_*`` method.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -70,6 +74,8 @@ class Buffer:
 class IAtom:
     """A non-linear piece of an index expression (a loop variable, div, mod, min, max, value)."""
 
+    visit_method: ClassVar[str]
+
     def key(self) -> tuple:
         raise NotImplementedError
 
@@ -79,6 +85,7 @@ class IVar(IAtom):
     """A loop variable: ``i<k>`` for the domain, ``r<k>`` for the reduction domain."""
 
     name: str
+    visit_method: ClassVar[str] = "visit_var"
 
     def key(self) -> tuple:
         return (0, self.name)
@@ -148,25 +155,23 @@ class ILin:
     def coef(self, atom: IAtom) -> int:
         return dict(self.terms).get(atom, 0)
 
-    def atoms(self) -> Iterator[IAtom]:
-        """Every atom, recursively (loop variables inside div/mod included)."""
-        for a, _ in self.terms:
-            yield a
-            yield from _sub_atoms(a)
+    def atoms(self) -> list[IAtom]:
+        """Every atom, recursively (loop variables inside div/mod, and the loads of gathered values, included)."""
+        return AtomCollector().collect_index(self)
 
     def uses(self, var: IVar) -> bool:
-        return any(a == var for a in self.atoms())
+        return var in self.atoms()
 
     def linear_in(self, var: IVar) -> bool:
         """True if ``var`` appears only as a direct linear term."""
-        return all(var not in set(_sub_atoms(a)) for a, _ in self.terms)
+        nested = AtomCollector()
+        for a, _ in self.terms:
+            nested.inside(a)
+        return var not in nested.found
 
     def substitute(self, mapping: dict[IAtom, ILin]) -> ILin:
         """Replace atoms (normally loop variables) by index expressions."""
-        out = ILin((), self.const)
-        for a, c in self.terms:
-            out = out + _subst_atom(a, mapping) * c
-        return out
+        return Substitute(mapping).index(self)
 
     def __repr__(self) -> str:
         # why: the printer is written over these classes (it imports this module)
@@ -179,6 +184,7 @@ class ILin:
 class IDiv(IAtom):
     x: ILin
     c: int
+    visit_method: ClassVar[str] = "visit_div"
 
     def key(self) -> tuple:
         return (1, repr(self.x), self.c)
@@ -188,6 +194,7 @@ class IDiv(IAtom):
 class IMod(IAtom):
     x: ILin
     c: int
+    visit_method: ClassVar[str] = "visit_mod"
 
     def key(self) -> tuple:
         return (2, repr(self.x), self.c)
@@ -197,6 +204,7 @@ class IMod(IAtom):
 class IMin(IAtom):
     a: ILin
     b: ILin
+    visit_method: ClassVar[str] = "visit_min"
 
     def key(self) -> tuple:
         return (3, repr(self.a), repr(self.b))
@@ -206,6 +214,7 @@ class IMin(IAtom):
 class IMax(IAtom):
     a: ILin
     b: ILin
+    visit_method: ClassVar[str] = "visit_max"
 
     def key(self) -> tuple:
         return (4, repr(self.a), repr(self.b))
@@ -216,38 +225,10 @@ class IValue(IAtom):
     """The value of an integer expression used as an index (a gather's index)."""
 
     expr: Expr
+    visit_method: ClassVar[str] = "visit_value"
 
     def key(self) -> tuple:
         return (5, id(self.expr), repr(self.expr))
-
-
-def _sub_atoms(a: IAtom) -> Iterator[IAtom]:
-    if isinstance(a, (IDiv, IMod)):
-        yield from a.x.atoms()
-    elif isinstance(a, (IMin, IMax)):
-        yield from a.a.atoms()
-        yield from a.b.atoms()
-    elif isinstance(a, IValue):
-        for ld in a.expr.loads():
-            yield from ld.index.atoms()
-        for iv in a.expr.index_values():
-            yield from iv.index.atoms()
-
-
-def _subst_atom(a: IAtom, m: dict[IAtom, ILin]) -> ILin:
-    if a in m:
-        return m[a]
-    if isinstance(a, IDiv):
-        return a.x.substitute(m) // a.c
-    if isinstance(a, IMod):
-        return a.x.substitute(m) % a.c
-    if isinstance(a, IMin):
-        return imin(a.a.substitute(m), a.b.substitute(m))
-    if isinstance(a, IMax):
-        return imax(a.a.substitute(m), a.b.substitute(m))
-    if isinstance(a, IValue):
-        return ivalue(a.expr.substitute(m))
-    return ILin(((a, 1),), 0)
 
 
 def as_index(x: ILin | int) -> ILin:
@@ -315,6 +296,7 @@ class Expr:
     """A scalar expression evaluated at one point of a kernel's domain."""
 
     dtype: DType
+    visit_method: ClassVar[str]
 
     def children(self) -> tuple[Expr, ...]:
         return ()
@@ -324,15 +306,9 @@ class Expr:
         for c in self.children():
             yield from c.walk()
 
-    def loads(self) -> Iterator[Load]:
-        for e in self.walk():
-            if isinstance(e, Load):
-                yield e
-            elif isinstance(e, IndexValue):
-                continue
-            for a in _iatoms_of(e):
-                if isinstance(a, IValue):
-                    yield from a.expr.loads()
+    def loads(self) -> list[Load]:
+        """Every load, including the loads of gathered values inside indices."""
+        return LoadCollector().collect_expr(self)
 
     def index_values(self) -> Iterator[IndexValue]:
         for e in self.walk():
@@ -340,7 +316,8 @@ class Expr:
                 yield e
 
     def substitute(self, m: dict[IAtom, ILin]) -> Expr:
-        raise NotImplementedError
+        """Replace atoms (normally loop variables) in every index by index expressions."""
+        return Substitute(m).expr(self)
 
     def __repr__(self) -> str:
         # why: the printer is written over these classes (it imports this module)
@@ -349,31 +326,22 @@ class Expr:
         return format_expr(self)
 
 
-def _iatoms_of(e: Expr) -> Iterator[IAtom]:
-    if isinstance(e, Load):
-        yield from e.index.atoms()
-
-
 @dataclass(frozen=True, repr=False)
 class Load(Expr):
     buf: Buffer
     index: ILin
+    visit_method: ClassVar[str] = "visit_load"
 
     @property
     def dtype(self) -> DType:  # type: ignore[override]
         return self.buf.dtype
-
-    def substitute(self, m: dict[IAtom, ILin]) -> Expr:
-        return Load(self.buf, self.index.substitute(m))
 
 
 @dataclass(frozen=True, repr=False)
 class Const(Expr):
     value: Any
     dtype: DType
-
-    def substitute(self, m: dict[IAtom, ILin]) -> Expr:
-        return self
+    visit_method: ClassVar[str] = "visit_const"
 
 
 @dataclass(frozen=True, repr=False)
@@ -382,9 +350,7 @@ class IndexValue(Expr):
 
     index: ILin
     dtype: DType
-
-    def substitute(self, m: dict[IAtom, ILin]) -> Expr:
-        return IndexValue(self.index.substitute(m), self.dtype)
+    visit_method: ClassVar[str] = "visit_index_value"
 
 
 @dataclass(frozen=True, repr=False)
@@ -395,6 +361,7 @@ class Apply(Expr):
     args: tuple[Expr, ...]
     dtype: DType
     attrs: tuple[tuple[str, Any], ...] = ()
+    visit_method: ClassVar[str] = "visit_apply"
 
     def children(self) -> tuple[Expr, ...]:
         return self.args
@@ -402,9 +369,6 @@ class Apply(Expr):
     @property
     def attr_dict(self) -> dict[str, Any]:
         return dict(self.attrs)
-
-    def substitute(self, m: dict[IAtom, ILin]) -> Expr:
-        return Apply(self.op, tuple(a.substitute(m) for a in self.args), self.dtype, self.attrs)
 
 
 def freeze_attrs(attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -417,6 +381,8 @@ def freeze_attrs(attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 class Stmt:
     """A loop-IR statement."""
+
+    visit_method: ClassVar[str]
 
     def children(self) -> list[list[Stmt]]:
         return []
@@ -475,17 +441,17 @@ class Kernel(Stmt):
     def size(self) -> int:
         return int(np.prod(self.domain, dtype=np.int64))
 
+    visit_method: ClassVar[str] = "visit_kernel"
+
     def reads(self) -> set[Buffer]:
-        return {ld.buf for s in self.stores for ld in list(s.value.loads()) + list(_index_loads(s.index))}
+        found = LoadCollector()
+        for s in self.stores:
+            found.expr(s.value)
+            found.index(s.index)
+        return {ld.buf for ld in found.found}
 
     def writes(self) -> set[Buffer]:
         return {s.buf for s in self.stores}
-
-
-def _index_loads(ix: ILin) -> Iterator[Load]:
-    for a in ix.atoms():
-        if isinstance(a, IValue):
-            yield from a.expr.loads()
 
 
 @dataclass(eq=False)
@@ -512,6 +478,7 @@ class MatMul(Stmt):
     b_batch_stride: int
     alpha: float = 1.0
     beta: float = 0.0
+    visit_method: ClassVar[str] = "visit_matmul"
 
     def reads(self) -> set[Buffer]:
         return {self.a, self.b} | ({self.out} if self.beta else set())
@@ -526,6 +493,7 @@ class Copy(Stmt):
 
     dst: Buffer
     src: Buffer
+    visit_method: ClassVar[str] = "visit_copy"
 
     def reads(self) -> set[Buffer]:
         return {self.src}
@@ -540,6 +508,7 @@ class Repeat(Stmt):
 
     count: int
     body: list[Stmt]
+    visit_method: ClassVar[str] = "visit_repeat"
 
     def children(self) -> list[list[Stmt]]:
         return [self.body]
@@ -556,6 +525,7 @@ class While(Stmt):
     pred: Buffer
     body: list[Stmt]
     max_iterations: int | None = None
+    visit_method: ClassVar[str] = "visit_while"
 
     def children(self) -> list[list[Stmt]]:
         return [self.cond, self.body]
@@ -571,6 +541,7 @@ class If(Stmt):
     pred: Buffer
     then: list[Stmt]
     orelse: list[Stmt]
+    visit_method: ClassVar[str] = "visit_if"
 
     def children(self) -> list[list[Stmt]]:
         return [self.then, self.orelse]
@@ -610,3 +581,209 @@ class Program:
 
     def __str__(self) -> str:
         return self.as_text()
+
+
+# ----------------------------------------------------------------------------------------------
+# Traversal: functors that dispatch on the node's class (in the spirit of TVM's StmtExprFunctor)
+
+
+class LoopFunctor:
+    """Dispatch over loop-IR nodes: ``atom(a)``, ``expr(e)`` and ``stmt(s)`` call the method the node's
+    class names in ``visit_method`` (``visit_var``, ``visit_load``, ``visit_kernel``...).
+
+    A subclass defines the ``visit_*`` methods of the nodes it handles; any other node is a
+    ``NotImplementedError`` naming the functor and the node. State a traversal needs (an environment,
+    an indentation, a memory) lives on the instance. :class:`ExprVisitor` and :class:`StmtVisitor`
+    walk every part by default; :class:`ExprMutator` and :class:`StmtMutator` rebuild every part.
+    """
+
+    def atom(self, a: IAtom) -> Any:
+        return self._dispatch(a)
+
+    def expr(self, e: Expr) -> Any:
+        return self._dispatch(e)
+
+    def stmt(self, s: Stmt) -> Any:
+        return self._dispatch(s)
+
+    def _dispatch(self, node: IAtom | Expr | Stmt) -> Any:
+        method = getattr(self, node.visit_method, None)
+        if method is None:
+            raise NotImplementedError(f"{type(self).__name__} has no {node.visit_method} for {type(node).__name__}")
+        return method(node)
+
+
+class ExprVisitor(LoopFunctor):
+    """Walks index and value expressions, visiting every atom and subexpression where it occurs
+    (gathered values inside indices included). Override a ``visit_*`` and call ``super()`` to keep
+    walking below it."""
+
+    def index(self, ix: ILin) -> None:
+        for a, _ in ix.terms:
+            self.atom(a)
+
+    def visit_var(self, a: IVar) -> None:
+        pass
+
+    def visit_div(self, a: IDiv | IMod) -> None:
+        self.index(a.x)
+
+    visit_mod = visit_div
+
+    def visit_min(self, a: IMin | IMax) -> None:
+        self.index(a.a)
+        self.index(a.b)
+
+    visit_max = visit_min
+
+    def visit_value(self, a: IValue) -> None:
+        self.expr(a.expr)
+
+    def visit_load(self, e: Load) -> None:
+        self.index(e.index)
+
+    def visit_const(self, e: Const) -> None:
+        pass
+
+    def visit_index_value(self, e: IndexValue) -> None:
+        self.index(e.index)
+
+    def visit_apply(self, e: Apply) -> None:
+        for x in e.args:
+            self.expr(x)
+
+
+class AtomCollector(ExprVisitor):
+    """Every atom of an index, nested ones included, in the order met."""
+
+    def __init__(self) -> None:
+        self.found: list[IAtom] = []
+
+    def atom(self, a: IAtom) -> None:
+        self.found.append(a)
+        super().atom(a)
+
+    def collect_index(self, ix: ILin) -> list[IAtom]:
+        self.index(ix)
+        return self.found
+
+    def inside(self, a: IAtom) -> list[IAtom]:
+        """The atoms nested inside ``a`` (not ``a`` itself)."""
+        super().atom(a)
+        return self.found
+
+
+class LoadCollector(ExprVisitor):
+    """Every load of an expression, the loads of gathered values inside indices included."""
+
+    def __init__(self) -> None:
+        self.found: list[Load] = []
+
+    def visit_load(self, e: Load) -> None:
+        self.found.append(e)
+        super().visit_load(e)
+
+    def collect_expr(self, e: Expr) -> list[Load]:
+        self.expr(e)
+        return self.found
+
+
+class ExprMutator(LoopFunctor):
+    """Rebuilds index and value expressions through the smart constructors (which fold constants);
+    a subclass overrides the parts it replaces."""
+
+    def index(self, ix: ILin) -> ILin:
+        out = as_index(ix.const)
+        for a, c in ix.terms:
+            out = out + self.atom(a) * c
+        return out
+
+    def store(self, s: Store) -> Store:
+        return Store(s.buf, self.index(s.index), self.expr(s.value))
+
+    def visit_var(self, a: IVar) -> ILin:
+        return ILin(((a, 1),), 0)
+
+    def visit_div(self, a: IDiv) -> ILin:
+        return self.index(a.x) // a.c
+
+    def visit_mod(self, a: IMod) -> ILin:
+        return self.index(a.x) % a.c
+
+    def visit_min(self, a: IMin) -> ILin:
+        return imin(self.index(a.a), self.index(a.b))
+
+    def visit_max(self, a: IMax) -> ILin:
+        return imax(self.index(a.a), self.index(a.b))
+
+    def visit_value(self, a: IValue) -> ILin:
+        return ivalue(self.expr(a.expr))
+
+    def visit_load(self, e: Load) -> Expr:
+        return Load(e.buf, self.index(e.index))
+
+    def visit_const(self, e: Const) -> Expr:
+        return e
+
+    def visit_index_value(self, e: IndexValue) -> Expr:
+        return IndexValue(self.index(e.index), e.dtype)
+
+    def visit_apply(self, e: Apply) -> Expr:
+        return Apply(e.op, tuple(self.expr(a) for a in e.args), e.dtype, e.attrs)
+
+
+class Substitute(ExprMutator):
+    """Replaces atoms (normally loop variables) by index expressions, everywhere they occur."""
+
+    def __init__(self, mapping: dict[IAtom, ILin]) -> None:
+        self.mapping = mapping
+
+    def atom(self, a: IAtom) -> ILin:
+        replacement = self.mapping.get(a)
+        return replacement if replacement is not None else super().atom(a)
+
+
+class StmtVisitor(LoopFunctor):
+    """Walks statement blocks, entering the blocks of control statements."""
+
+    def block(self, stmts: Sequence[Stmt]) -> None:
+        for s in stmts:
+            self.stmt(s)
+
+    def visit_kernel(self, s: Stmt) -> None:
+        pass
+
+    visit_matmul = visit_copy = visit_kernel
+
+    def visit_repeat(self, s: Repeat) -> None:
+        self.block(s.body)
+
+    def visit_while(self, s: While) -> None:
+        self.block(s.cond)
+        self.block(s.body)
+
+    def visit_if(self, s: If) -> None:
+        self.block(s.then)
+        self.block(s.orelse)
+
+
+class StmtMutator(LoopFunctor):
+    """Rebuilds statement blocks: control statements get their blocks rebuilt; a ``visit_*`` returns
+    the statement to keep (itself, or a new one) or None to drop it."""
+
+    def block(self, stmts: Sequence[Stmt]) -> list[Stmt]:
+        return [t for t in (self.stmt(s) for s in stmts) if t is not None]
+
+    def visit_kernel(self, s: Stmt) -> Stmt | None:
+        return s
+
+    visit_matmul = visit_copy = visit_kernel
+
+    def visit_repeat(self, s: Repeat) -> Stmt | None:
+        return Repeat(s.count, self.block(s.body))
+
+    def visit_while(self, s: While) -> Stmt | None:
+        return While(self.block(s.cond), s.pred, self.block(s.body), s.max_iterations)
+
+    def visit_if(self, s: If) -> Stmt | None:
+        return If(s.pred, self.block(s.then), self.block(s.orelse))

@@ -18,8 +18,6 @@ from popjit.ir.loop import (
     Buffer,
     Const,
     Copy,
-    Expr,
-    IAtom,
     IDiv,
     If,
     ILin,
@@ -31,10 +29,11 @@ from popjit.ir.loop import (
     IVar,
     Kernel,
     Load,
+    LoopFunctor,
     MatMul,
     Program,
     Repeat,
-    Stmt,
+    StmtVisitor,
     While,
 )
 from popjit.ops import registry
@@ -42,42 +41,53 @@ from popjit.ops import registry
 Memory = dict[int, np.ndarray]
 
 
-def eval_index(ix: ILin, env: dict[str, np.ndarray], mem: Memory, n: int) -> np.ndarray:
-    out = np.full(n, ix.const, dtype=np.int64)
-    for atom, c in ix.terms:
-        out += c * _eval_atom(atom, env, mem, n)
-    return out
+class Evaluator(LoopFunctor):
+    """Index and value expressions over ``n`` points at once: ``env`` holds each loop variable's
+    values (int64 arrays of length ``n``), ``mem`` the buffers by uid."""
 
+    def __init__(self, env: dict[str, np.ndarray], mem: Memory, n: int) -> None:
+        self.env = env
+        self.mem = mem
+        self.n = n
 
-def _eval_atom(a: IAtom, env: dict[str, np.ndarray], mem: Memory, n: int) -> np.ndarray:
-    if isinstance(a, IVar):
-        return env[a.name]
-    if isinstance(a, IDiv):
-        return eval_index(a.x, env, mem, n) // a.c
-    if isinstance(a, IMod):
-        return eval_index(a.x, env, mem, n) % a.c
-    if isinstance(a, IMin):
-        return np.minimum(eval_index(a.a, env, mem, n), eval_index(a.b, env, mem, n))
-    if isinstance(a, IMax):
-        return np.maximum(eval_index(a.a, env, mem, n), eval_index(a.b, env, mem, n))
-    if isinstance(a, IValue):
-        return eval_expr(a.expr, env, mem, n).astype(np.int64)
-    raise TypeError(a)
+    def index(self, ix: ILin) -> np.ndarray:
+        out = np.full(self.n, ix.const, dtype=np.int64)
+        for atom, c in ix.terms:
+            out += c * self.atom(atom)
+        return out
 
+    def visit_var(self, a: IVar) -> np.ndarray:
+        return self.env[a.name]
 
-def eval_expr(e: Expr, env: dict[str, np.ndarray], mem: Memory, n: int) -> np.ndarray:
-    if isinstance(e, Load):
-        return mem[e.buf.uid][eval_index(e.index, env, mem, n)]
-    if isinstance(e, Const):
-        return np.full(n, e.value, dtype=e.dtype.np)
-    if isinstance(e, IndexValue):
-        return eval_index(e.index, env, mem, n).astype(e.dtype.np)
-    if isinstance(e, Apply):
-        args = [eval_expr(a, env, mem, n) for a in e.args]
+    def visit_div(self, a: IDiv) -> np.ndarray:
+        return self.index(a.x) // a.c
+
+    def visit_mod(self, a: IMod) -> np.ndarray:
+        return self.index(a.x) % a.c
+
+    def visit_min(self, a: IMin) -> np.ndarray:
+        return np.minimum(self.index(a.a), self.index(a.b))
+
+    def visit_max(self, a: IMax) -> np.ndarray:
+        return np.maximum(self.index(a.a), self.index(a.b))
+
+    def visit_value(self, a: IValue) -> np.ndarray:
+        return self.expr(a.expr).astype(np.int64)
+
+    def visit_load(self, e: Load) -> np.ndarray:
+        return self.mem[e.buf.uid][self.index(e.index)]
+
+    def visit_const(self, e: Const) -> np.ndarray:
+        return np.full(self.n, e.value, dtype=e.dtype.np)
+
+    def visit_index_value(self, e: IndexValue) -> np.ndarray:
+        return self.index(e.index).astype(e.dtype.np)
+
+    def visit_apply(self, e: Apply) -> np.ndarray:
+        args = [self.expr(a) for a in e.args]
         with np.errstate(all="ignore"):
             out = registry.get(e.op).reference(*args, **e.attr_dict)
         return np.asarray(out, dtype=e.dtype.np)
-    raise TypeError(e)
 
 
 def _grid(dims: Sequence[int], names: Sequence[str]) -> tuple[dict[str, np.ndarray], int]:
@@ -104,7 +114,8 @@ def run_kernel(k: Kernel, mem: Memory) -> None:
     (store,) = k.stores if k.reduce else (None,)
     if k.reduce is None:
         env, n = _grid(k.domain, [f"i{j}" for j in range(len(k.domain))])
-        values = [(s, eval_expr(s.value, env, mem, n), eval_index(s.index, env, mem, n)) for s in k.stores]
+        ev = Evaluator(env, mem, n)
+        values = [(s, ev.expr(s.value), ev.index(s.index)) for s in k.stores]
         for s, v, ix in values:
             mem[s.buf.uid][ix] = v.astype(s.buf.dtype.np)
         return
@@ -114,13 +125,13 @@ def run_kernel(k: Kernel, mem: Memory) -> None:
     env, n = _grid(tuple(k.domain) + tuple(r.rdomain), names)
     nd = int(np.prod(k.domain, dtype=np.int64)) if k.domain else 1
     nr = n // nd if nd else 0
-    body = eval_expr(store.value, env, mem, n).reshape(nd, nr)
+    body = Evaluator(env, mem, n).expr(store.value).reshape(nd, nr)
     target = mem[store.buf.uid]
     if r.mode == "reduce":
         with np.errstate(all="ignore"):
             red = _REDUCERS[r.op](body) if nr else _REDUCERS[r.op](np.zeros((nd, 0), body.dtype))
         denv, _ = _grid(k.domain, [f"i{j}" for j in range(len(k.domain))])
-        ix = eval_index(store.index, denv, mem, nd)
+        ix = Evaluator(denv, mem, nd).index(store.index)
         target[ix] = np.asarray(red).astype(target.dtype)
         return
     acc = np.flip(body, 1) if r.reverse else body
@@ -129,7 +140,7 @@ def run_kernel(k: Kernel, mem: Memory) -> None:
     if r.exclusive:
         c = np.concatenate([np.zeros((nd, 1), c.dtype), c[:, :-1]], axis=1)
     c = np.flip(c, 1) if r.reverse else c
-    target[eval_index(store.index, env, mem, n)] = c.reshape(-1).astype(target.dtype)
+    target[Evaluator(env, mem, n).index(store.index)] = c.reshape(-1).astype(target.dtype)
 
 
 def run_matmul(m: MatMul, mem: Memory) -> None:
@@ -147,28 +158,35 @@ def run_matmul(m: MatMul, mem: Memory) -> None:
         out[rows] = prod.astype(out.dtype)
 
 
-def run_block(stmts: Sequence[Stmt], mem: Memory) -> None:
-    for s in stmts:
-        if isinstance(s, Kernel):
-            run_kernel(s, mem)
-        elif isinstance(s, MatMul):
-            run_matmul(s, mem)
-        elif isinstance(s, Copy):
-            mem[s.dst.uid][...] = mem[s.src.uid]
-        elif isinstance(s, Repeat):
-            for _ in range(s.count):
-                run_block(s.body, mem)
-        elif isinstance(s, While):
-            count = 0
-            run_block(s.cond, mem)
-            while bool(mem[s.pred.uid][0]) and (s.max_iterations is None or count < s.max_iterations):
-                run_block(s.body, mem)
-                count += 1
-                run_block(s.cond, mem)
-        elif isinstance(s, If):
-            run_block(s.then if bool(mem[s.pred.uid][0]) else s.orelse, mem)
-        else:
-            raise TypeError(f"loop interpreter: unknown statement {s!r}")
+class Runner(StmtVisitor):
+    """Runs statements on ``mem``: kernels and matmuls with NumPy, control flow in Python."""
+
+    def __init__(self, mem: Memory) -> None:
+        self.mem = mem
+
+    def visit_kernel(self, s: Kernel) -> None:
+        run_kernel(s, self.mem)
+
+    def visit_matmul(self, s: MatMul) -> None:
+        run_matmul(s, self.mem)
+
+    def visit_copy(self, s: Copy) -> None:
+        self.mem[s.dst.uid][...] = self.mem[s.src.uid]
+
+    def visit_repeat(self, s: Repeat) -> None:
+        for _ in range(s.count):
+            self.block(s.body)
+
+    def visit_while(self, s: While) -> None:
+        count = 0
+        self.block(s.cond)
+        while bool(self.mem[s.pred.uid][0]) and (s.max_iterations is None or count < s.max_iterations):
+            self.block(s.body)
+            count += 1
+            self.block(s.cond)
+
+    def visit_if(self, s: If) -> None:
+        self.block(s.then if bool(self.mem[s.pred.uid][0]) else s.orelse)
 
 
 def _alloc(buf: Buffer) -> np.ndarray:
@@ -188,6 +206,6 @@ def interpret(prog: Program, args: Sequence[Any], variables: dict[int, np.ndarra
     for b in prog.variables:
         if b.binding in variables:
             mem[b.uid][...] = np.asarray(variables[b.binding]).reshape(-1)
-    run_block(prog.body, mem)
+    Runner(mem).block(prog.body)
     outs = [mem[b.uid].reshape(b.shape) for b in prog.outs]
     return outs, {b.binding: mem[b.uid].reshape(b.shape) for b in prog.variables}

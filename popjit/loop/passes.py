@@ -9,21 +9,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 
 from popjit.ir.loop import (
     Apply,
+    AtomCollector,
     Const,
     Copy,
     Expr,
+    ExprVisitor,
     IAtom,
-    IDiv,
-    If,
     ILin,
-    IMax,
-    IMin,
-    IMod,
-    IndexValue,
     IValue,
     IVar,
     Kernel,
@@ -31,10 +27,9 @@ from popjit.ir.loop import (
     MatMul,
     Program,
     Reduce,
-    Repeat,
     Stmt,
+    StmtMutator,
     Store,
-    While,
     as_index,
     ivar,
 )
@@ -43,34 +38,22 @@ from popjit.ir.loop import (
 # collapse_dims
 
 
-def _expr_ilins(e: Expr) -> Iterator[ILin]:
-    for x in e.walk():
-        if isinstance(x, (Load, IndexValue)):
-            yield from _ilin_tree(x.index)
+class IndexCollector(ExprVisitor):
+    """Every index expression of a kernel, nested ones (inside div, mod, min, max and gathered
+    values) included."""
 
+    def __init__(self) -> None:
+        self.found: list[ILin] = []
 
-def _ilin_tree(ix: ILin) -> Iterator[ILin]:
-    yield ix
-    for atom, _ in ix.terms:
-        yield from _atom_ilins(atom)
+    def index(self, ix: ILin) -> None:
+        self.found.append(ix)
+        super().index(ix)
 
-
-def _atom_ilins(a: IAtom) -> Iterator[ILin]:
-    if isinstance(a, (IDiv, IMod)):
-        yield from _ilin_tree(a.x)
-    elif isinstance(a, (IMin, IMax)):
-        yield from _ilin_tree(a.a)
-        yield from _ilin_tree(a.b)
-    elif isinstance(a, IValue):
-        yield from _expr_ilins(a.expr)
-
-
-def _kernel_ilins(k: Kernel) -> list[ILin]:
-    out: list[ILin] = []
-    for s in k.stores:
-        out.extend(_ilin_tree(s.index))
-        out.extend(_expr_ilins(s.value))
-    return out
+    def kernel(self, k: Kernel) -> list[ILin]:
+        for s in k.stores:
+            self.index(s.index)
+            self.expr(s.value)
+        return self.found
 
 
 def _nonlinear_vars(ilins: list[ILin]) -> set[str]:
@@ -79,15 +62,8 @@ def _nonlinear_vars(ilins: list[ILin]) -> set[str]:
     for ix in ilins:
         for atom, _ in ix.terms:
             if not isinstance(atom, IVar):
-                pinned |= {a.name for a in _sub_vars(atom)}
+                pinned |= {a.name for a in AtomCollector().inside(atom) if isinstance(a, IVar)}
     return pinned
-
-
-def _sub_vars(atom: IAtom) -> Iterator[IVar]:
-    for ix in _atom_ilins(atom):
-        for a in ix.atoms():
-            if isinstance(a, IVar):
-                yield a
 
 
 def _collapse_group(names: list[str], sizes: list[int], ilins: list[ILin], pinned: set[str],
@@ -126,7 +102,7 @@ def collapse_kernel(k: Kernel) -> Kernel:
     """``k`` with size-1 dims dropped and contiguous dims merged (same iteration, fewer loops)."""
     if k.reduce is not None and k.reduce.mode == "scan":
         return k
-    ilins = _kernel_ilins(k)
+    ilins = IndexCollector().kernel(k)
     pinned = _nonlinear_vars(ilins)
     dsizes, dsub = _collapse_group([f"i{j}" for j in range(len(k.domain))], list(k.domain), ilins, pinned, "_d")
     reduce = k.reduce
@@ -143,24 +119,18 @@ def collapse_kernel(k: Kernel) -> Kernel:
     return Kernel(k.name, tuple(dsizes), stores, reduce, k.ops)
 
 
-def _with_blocks(s: Stmt, fn: Callable[[list[Stmt]], list[Stmt]]) -> Stmt:
-    """``s`` rebuilt with ``fn`` applied to each of its child blocks (``s`` itself if it has none)."""
-    if isinstance(s, Repeat):
-        return Repeat(s.count, fn(s.body))
-    if isinstance(s, While):
-        return While(fn(s.cond), s.pred, fn(s.body), s.max_iterations)
-    if isinstance(s, If):
-        return If(s.pred, fn(s.then), fn(s.orelse))
-    return s
+class KernelMapper(StmtMutator):
+    """Replaces every kernel, nested ones included, by ``fn(kernel)``."""
 
+    def __init__(self, fn: Callable[[Kernel], Stmt]) -> None:
+        self.fn = fn
 
-def _map_kernels(stmts: list[Stmt], fn: Callable[[Kernel], Stmt]) -> list[Stmt]:
-    """``stmts`` with ``fn`` applied to every kernel, nested ones included."""
-    return [fn(s) if isinstance(s, Kernel) else _with_blocks(s, lambda b: _map_kernels(b, fn)) for s in stmts]
+    def visit_kernel(self, k: Kernel) -> Stmt:
+        return self.fn(k)
 
 
 def collapse_dims(program: Program) -> Program:
-    program.body = _map_kernels(program.body, collapse_kernel)
+    program.body = KernelMapper(collapse_kernel).block(program.body)
     return program
 
 
@@ -199,33 +169,40 @@ def _inplace_ok(k: Kernel, dst_uid: int) -> bool:
     return all(not isinstance(a, IValue) for a in store.index.atoms())
 
 
-def _elide_block(stmts: list[Stmt], read_counts: dict[int, int], program: Program) -> list[Stmt]:
-    stmts = [_with_blocks(s, lambda b: _elide_block(b, read_counts, program)) for s in stmts]
-    out = list(stmts)
-    for ci, c in enumerate(stmts):
-        if not isinstance(c, Copy) or c.src.kind != "temp" or read_counts.get(c.src.uid, 0) != 1:
-            continue
-        if c.dst.size != c.src.size or c.dst.dtype != c.src.dtype:
-            continue
-        for ki in range(ci - 1, -1, -1):
-            k = stmts[ki]
-            if isinstance(k, Kernel) and c.src in k.writes():
-                between = stmts[ki + 1:ci]
-                clash = any(c.dst.uid in (_reads(s) | _writes(s)) or c.src.uid in _writes(s) for s in between)
-                if not clash and _inplace_ok(k, c.dst.uid):
-                    (store,) = k.stores
-                    k.stores = [Store(c.dst, store.index, store.value)]
-                    out[ci] = None  # type: ignore[call-overload]
-                    if c.src in program.temps:
-                        program.temps.remove(c.src)
-                break
-            if c.src.uid in _writes(k) or c.src.uid in _reads(k):
-                break
-    return [s for s in out if s is not None]
+class _CopyElider(StmtMutator):
+    """Writes a kernel's result straight into the buffer a later copy would fill (see ``elide_copies``)."""
+
+    def __init__(self, read_counts: dict[int, int], program: Program) -> None:
+        self.read_counts = read_counts
+        self.program = program
+
+    def block(self, stmts: Sequence[Stmt]) -> list[Stmt]:
+        stmts = super().block(stmts)  # nested blocks first
+        out: list[Stmt | None] = list(stmts)
+        for ci, c in enumerate(stmts):
+            if not isinstance(c, Copy) or c.src.kind != "temp" or self.read_counts.get(c.src.uid, 0) != 1:
+                continue
+            if c.dst.size != c.src.size or c.dst.dtype != c.src.dtype:
+                continue
+            for ki in range(ci - 1, -1, -1):
+                k = stmts[ki]
+                if isinstance(k, Kernel) and c.src in k.writes():
+                    between = stmts[ki + 1:ci]
+                    clash = any(c.dst.uid in (_reads(s) | _writes(s)) or c.src.uid in _writes(s) for s in between)
+                    if not clash and _inplace_ok(k, c.dst.uid):
+                        (store,) = k.stores
+                        k.stores = [Store(c.dst, store.index, store.value)]
+                        out[ci] = None
+                        if c.src in self.program.temps:
+                            self.program.temps.remove(c.src)
+                    break
+                if c.src.uid in _writes(k) or c.src.uid in _reads(k):
+                    break
+        return [s for s in out if s is not None]
 
 
 def elide_copies(program: Program) -> Program:
-    program.body = _elide_block(program.body, _all_reads(program.body), program)
+    program.body = _CopyElider(_all_reads(program.body), program).block(program.body)
     return program
 
 
@@ -271,29 +248,36 @@ def _fold_into(mm: MatMul, k: Stmt, read_counts: dict[int, int]) -> MatMul | Non
                   mm.b_batch_stride, alpha=-c, beta=1.0)
 
 
-def _fold_block(stmts: list[Stmt], read_counts: dict[int, int], program: Program) -> list[Stmt]:
-    out: list[Stmt | None] = [_with_blocks(s, lambda b: _fold_block(b, read_counts, program)) for s in stmts]
-    for i, mm in enumerate(out):
-        if not isinstance(mm, MatMul) or mm.alpha != 1.0 or mm.beta != 0.0 or mm.out.dtype.name not in _FOLDABLE:
-            continue
-        for j in range(i + 1, len(out)):
-            later = out[j]
-            if later is None:
+class _GemmUpdateFolder(StmtMutator):
+    """Folds ``w - c * P`` into the gemm computing ``P`` (see ``fold_gemm_updates``)."""
+
+    def __init__(self, read_counts: dict[int, int], program: Program) -> None:
+        self.read_counts = read_counts
+        self.program = program
+
+    def block(self, stmts: Sequence[Stmt]) -> list[Stmt]:
+        out: list[Stmt | None] = list(super().block(stmts))  # nested blocks first
+        for i, mm in enumerate(out):
+            if not isinstance(mm, MatMul) or mm.alpha != 1.0 or mm.beta != 0.0 or mm.out.dtype.name not in _FOLDABLE:
                 continue
-            fused = _fold_into(mm, later, read_counts)
-            if fused is not None:
-                out[i], out[j] = None, fused  # the gemm moves to the update's place: its operands are unchanged
-                if mm.out in program.temps:
-                    program.temps.remove(mm.out)
-                break
-            if {mm.a.uid, mm.b.uid, mm.out.uid} & _writes(later) or mm.out.uid in _reads(later):
-                break
-    return [s for s in out if s is not None]
+            for j in range(i + 1, len(out)):
+                later = out[j]
+                if later is None:
+                    continue
+                fused = _fold_into(mm, later, self.read_counts)
+                if fused is not None:
+                    out[i], out[j] = None, fused  # the gemm moves to the update's place: its operands are unchanged
+                    if mm.out in self.program.temps:
+                        self.program.temps.remove(mm.out)
+                    break
+                if {mm.a.uid, mm.b.uid, mm.out.uid} & _writes(later) or mm.out.uid in _reads(later):
+                    break
+        return [s for s in out if s is not None]
 
 
 def fold_gemm_updates(program: Program) -> Program:
     """Fold an element-wise ``w - c * P`` (an SGD step) into the gemm computing ``P`` when ``P`` is
     read nowhere else: BLAS then accumulates into ``w`` (alpha ``-c``, beta 1), which saves a pass
     over ``w`` and the buffer for ``P``."""
-    program.body = _fold_block(program.body, _all_reads(program.body), program)
+    program.body = _GemmUpdateFolder(_all_reads(program.body), program).block(program.body)
     return program

@@ -19,7 +19,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from popjit.ir.loop import IAtom, IDiv, ILin, IMax, IMin, IMod, IValue, IVar
+from popjit.ir.loop import (
+    AtomCollector,
+    ExprMutator,
+    IAtom,
+    IDiv,
+    ILin,
+    IMax,
+    IMin,
+    IMod,
+    IValue,
+    IVar,
+    LoopFunctor,
+)
 from popjit.schedule.intervals import split_runs
 from popjit.schedule.mapping import TileMapping
 
@@ -36,26 +48,40 @@ class _Unknown(Exception):
     """An index depends on data (a gather)."""
 
 
+class _AffineEvaluator(LoopFunctor):
+    """An index expression for arrays of loop-variable values (broadcasting; no gathered values)."""
+
+    def __init__(self, env: dict[str, np.ndarray]) -> None:
+        self.env = env
+
+    def index(self, ix: ILin) -> np.ndarray:
+        acc: np.ndarray | int = ix.const
+        for atom, c in ix.terms:
+            acc = acc + c * self.atom(atom)
+        return np.asarray(acc, dtype=np.int64)
+
+    def visit_var(self, a: IVar) -> np.ndarray:
+        return self.env[a.name]
+
+    def visit_div(self, a: IDiv) -> np.ndarray:
+        return np.floor_divide(self.index(a.x), a.c)
+
+    def visit_mod(self, a: IMod) -> np.ndarray:
+        return np.mod(self.index(a.x), a.c)
+
+    def visit_min(self, a: IMin) -> np.ndarray:
+        return np.minimum(self.index(a.a), self.index(a.b))
+
+    def visit_max(self, a: IMax) -> np.ndarray:
+        return np.maximum(self.index(a.a), self.index(a.b))
+
+    def visit_value(self, a: IValue) -> np.ndarray:
+        raise _Unknown
+
+
 def eval_index(ix: ILin, env: dict[str, np.ndarray]) -> np.ndarray:
-    """Evaluate an index expression for arrays of loop-variable values."""
-    acc: np.ndarray | int = ix.const
-    for atom, c in ix.terms:
-        acc = acc + c * _eval_atom(atom, env)
-    return np.asarray(acc, dtype=np.int64)
-
-
-def _eval_atom(a: IAtom, env: dict[str, np.ndarray]) -> np.ndarray:
-    if isinstance(a, IVar):
-        return env[a.name]
-    if isinstance(a, IDiv):
-        return np.floor_divide(eval_index(a.x, env), a.c)
-    if isinstance(a, IMod):
-        return np.mod(eval_index(a.x, env), a.c)
-    if isinstance(a, IMin):
-        return np.minimum(eval_index(a.a, env), eval_index(a.b, env))
-    if isinstance(a, IMax):
-        return np.maximum(eval_index(a.a, env), eval_index(a.b, env))
-    raise _Unknown
+    """Evaluate an index expression for arrays of loop-variable values (``_Unknown`` for a gather)."""
+    return _AffineEvaluator(env).index(ix)
 
 
 def data_dependent(ix: ILin) -> bool:
@@ -91,23 +117,22 @@ class Pieces:
         return self.starts[k], self.starts[k] + self.spans[k]
 
 
+class _Unclamp(ExprMutator):
+    """Replaces each ``min``/``max`` clamp by the index it clamps (its non-constant side)."""
+
+    def visit_min(self, a: IMin | IMax) -> ILin:
+        return self.index(a.b if a.a.is_const else a.a)
+
+    visit_max = visit_min
+
+    def visit_value(self, a: IValue) -> ILin:
+        return ILin(((a, 1),), 0)
+
+
 def unclamp(ix: ILin) -> ILin:
     """``ix`` with ``min``/``max`` clamps replaced by the index they clamp (used to find where a
     clamp starts and stops biting, and to pick the run variable)."""
-    out = ILin((), ix.const)
-    for a, c in ix.terms:
-        out = out + _unclamp_atom(a) * c
-    return out
-
-
-def _unclamp_atom(a: IAtom) -> ILin:
-    if isinstance(a, (IMin, IMax)):
-        return unclamp(a.b if a.a.is_const else a.a)
-    if isinstance(a, IDiv):
-        return unclamp(a.x) // a.c
-    if isinstance(a, IMod):
-        return unclamp(a.x) % a.c
-    return ILin(((a, 1),), 0)
+    return _Unclamp().index(ix)
 
 
 def _stride(ix: ILin, var: str) -> int | None:
@@ -147,11 +172,11 @@ def choose_run_var(names: Sequence[str], dims: Sequence[int], ix: ILin) -> str |
 
 
 def _var_atoms(ix: ILin, var: str) -> list[IAtom]:
-    """Non-linear atoms (at any depth) whose value moves with ``var``."""
+    """Non-linear atoms (at any depth) whose value moves with ``var`` (not inside gathered values)."""
     v = IVar(var)
     out: list[IAtom] = []
     for a, _ in ix.terms:
-        if isinstance(a, IVar) or not any(x == v for x in _sub(a)):
+        if isinstance(a, (IVar, IValue)) or v not in AtomCollector().inside(a):
             continue
         out.append(a)
         for inner in _args(a):
@@ -159,16 +184,13 @@ def _var_atoms(ix: ILin, var: str) -> list[IAtom]:
     return out
 
 
-def _sub(a: IAtom) -> list[IAtom]:
-    return [x for arg in _args(a) for x in arg.atoms()]
-
-
 def _args(a: IAtom) -> list[ILin]:
+    """The index arguments of a div, mod, min or max."""
     if isinstance(a, (IDiv, IMod)):
         return [a.x]
     if isinstance(a, (IMin, IMax)):
         return [a.a, a.b]
-    return []
+    raise TypeError(a)
 
 
 def _slope(ix: ILin, var: str, env: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -24,9 +24,10 @@ from popjit.ir.loop import (
     Copy,
     Expr,
     IndexValue,
-    IValue,
     Kernel,
     Load,
+    LoadCollector,
+    LoopFunctor,
     MatMul,
     flat_index,
     ivar,
@@ -167,30 +168,45 @@ def _is_scalar(e: Expr) -> bool:
 OpUse = cost.OpUse
 
 
+class _OpUses(LoopFunctor):
+    """The element-wise ops an expression computes per point, operands before their users."""
+
+    def __init__(self) -> None:
+        self.uses: list[OpUse] = []
+
+    def visit_apply(self, e: Apply) -> None:
+        for a in reversed(e.args):
+            self.expr(a)
+        kind, c = _op_cost(e.op)
+        fam = cost.family(e.args[0].dtype if e.args else e.dtype)
+        scalar = kind == BINARY and any(_is_scalar(a) for a in e.args)
+        cast_to = cost.family(e.dtype) if e.op == "cast" else ""
+        self.uses.append(OpUse(e.op, kind, fam, c, scalar, cast_to))
+
+    def visit_index_value(self, e: IndexValue) -> None:
+        self.uses.append(OpUse("iota", UNARY, cost.family(e.dtype), cost.IOTA_COST))
+
+    def visit_load(self, e: Load) -> None:
+        pass
+
+    def visit_const(self, e: Const) -> None:
+        pass
+
+
 def expression_ops(exprs: list[Expr]) -> list[OpUse]:
     """The element-wise ops a kernel computes per point, in evaluation order."""
-    uses: list[cost.OpUse] = []
+    walker = _OpUses()
     for e in exprs:
-        for node in reversed(list(e.walk())):
-            if isinstance(node, Apply):
-                kind, c = _op_cost(node.op)
-                fam = cost.family(node.args[0].dtype if node.args else node.dtype)
-                scalar = kind == BINARY and any(_is_scalar(a) for a in node.args)
-                cast_to = cost.family(node.dtype) if node.op == "cast" else ""
-                uses.append(cost.OpUse(node.op, kind, fam, c, scalar, cast_to))
-            elif isinstance(node, IndexValue):
-                uses.append(cost.OpUse("iota", UNARY, cost.family(node.dtype), cost.IOTA_COST))
-    return uses
+        walker.expr(e)
+    return walker.uses
 
 
 def _loads(k: Kernel) -> list[Load]:
-    out: list[Load] = []
+    found = LoadCollector()
     for s in k.stores:
-        out.extend(s.value.loads())
-        for a in s.index.atoms():
-            if isinstance(a, IValue):
-                out.extend(a.expr.loads())
-    return out
+        found.expr(s.value)
+        found.index(s.index)
+    return found.found
 
 
 def _copy_op(dtype: DType) -> OpUse:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from popjit.errors import ResourceExhaustedError
-from popjit.ir.loop import Buffer, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, While
+from popjit.ir.loop import Buffer, Copy, If, Kernel, LoopFunctor, MatMul, Program, Repeat, Stmt, While
 from popjit.schedule import program as prog
 from popjit.schedule.computesets import Builder, ComputeSet
 from popjit.schedule.mapping import TileMapping
@@ -165,7 +165,7 @@ def _tile_list(tiles: list[int], limit: int = 8) -> str:
 # Building
 
 
-class _Walker:
+class _Walker(LoopFunctor):
     """Walks the loop IR once, building steps, loops and the program tree."""
 
     def __init__(self, builder: Builder) -> None:
@@ -197,31 +197,32 @@ class _Walker:
     def _sync(self) -> prog.Sync:
         return prog.Sync("INTERNAL", self.builder.target.sync_cycles)
 
-    def stmt(self, s: Stmt) -> list[prog.Node]:
-        b = self.builder
-        if isinstance(s, Kernel):
-            return self._steps(b.kernel(s))
-        if isinstance(s, MatMul):
-            return self._steps(b.matmul(s))
-        if isinstance(s, Copy):
-            return self._steps([b.copy(s)])
-        if isinstance(s, Repeat):
-            first = len(self.steps)
-            node = prog.Repeat(s.count, self.block(s.body))
-            self._loop(first)
-            return [node]
-        if isinstance(s, While):
-            first = len(self.steps)
-            cond = self.block(s.cond)
-            self._pred_read(s.pred)
-            node = prog.RepeatWhile(cond, s.pred.name, self.block(s.body), self._sync(),
-                                    max_iterations=s.max_iterations)
-            self._loop(first)
-            return [node]
-        if isinstance(s, If):
-            self._pred_read(s.pred)
-            return [prog.If(s.pred.name, self.block(s.then), self.block(s.orelse), self._sync())]
-        raise TypeError(f"cannot schedule {type(s).__name__}")
+    def visit_kernel(self, s: Kernel) -> list[prog.Node]:
+        return self._steps(self.builder.kernel(s))
+
+    def visit_matmul(self, s: MatMul) -> list[prog.Node]:
+        return self._steps(self.builder.matmul(s))
+
+    def visit_copy(self, s: Copy) -> list[prog.Node]:
+        return self._steps([self.builder.copy(s)])
+
+    def visit_repeat(self, s: Repeat) -> list[prog.Node]:
+        first = len(self.steps)
+        node = prog.Repeat(s.count, self.block(s.body))
+        self._loop(first)
+        return [node]
+
+    def visit_while(self, s: While) -> list[prog.Node]:
+        first = len(self.steps)
+        cond = self.block(s.cond)
+        self._pred_read(s.pred)
+        node = prog.RepeatWhile(cond, s.pred.name, self.block(s.body), self._sync(), max_iterations=s.max_iterations)
+        self._loop(first)
+        return [node]
+
+    def visit_if(self, s: If) -> list[prog.Node]:
+        self._pred_read(s.pred)
+        return [prog.If(s.pred.name, self.block(s.then), self.block(s.orelse), self._sync())]
 
     def _loop(self, first: int) -> None:
         if len(self.steps) > first:
