@@ -13,6 +13,7 @@ buffers (float16 as uint16 bit patterns), ``p`` int64 and ``f`` float64 scalars.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,7 @@ from popjit.ir.loop import (
 )
 from popjit.ir.loop_printer import IndexFormatter
 from popjit.ops import registry
+from popjit.ops.reduce import REDUCTIONS, Reduction
 
 HEADER = """import numpy as np
 from numba import prange
@@ -41,9 +43,6 @@ from popjit.kernels.bits import f16_to_f32, f32_to_f16
 """
 CHUNK = 1 << 15  # elements per parallel chunk
 SERIAL, PARALLEL = "@CODELET", "@PARALLEL_CODELET"  # decorator placeholders, filled by codegen.compile
-# Ops whose float16 result needs no rounding: exact on float16 inputs.
-F16_EXACT = frozenset({"neg", "abs", "select", "maximum", "minimum", "relu", "relu6", "floor", "ceil", "round",
-                       "sign"})
 
 
 @dataclass
@@ -154,7 +153,7 @@ class _Body(IndexFormatter):
         op = registry.get(e.op)
         in_dtype = e.args[1].dtype if e.op == "select" else e.args[0].dtype
         code = registry.facet(op, "scalar")(args, in_dtype, **e.attr_dict)
-        if e.dtype == dtypes.float16 and e.op not in F16_EXACT:
+        if e.dtype == dtypes.float16 and not op.half_exact:
             # why: float16 computes in float32, but each op's result rounds to float16 as in
             # TensorFlow, XLA and on the IPU, also inside a fused chain.
             code = f"f16_to_f32(f32_to_f16(np.float32({code})))"
@@ -203,43 +202,14 @@ def _loops(names: list[str], sizes: list[str]) -> tuple[list[str], int]:
     return lines, len(names)
 
 
-_INIT = {
-    "sum": "0", "prod": "1", "any": "False", "all": "True",
-}
-
-
-def _reduce_init(op: str, dtype: DType) -> str:
-    if op in _INIT:
-        v = _INIT[op]
-        return f"{compute_type(dtype)}({v})" if op in ("sum", "prod") else v
-    if op in ("max", "argmax"):
-        return "np.float32(-np.inf)" if dtype.is_floating else f"{dtype.min}"
-    if op in ("min", "argmin"):
-        return "np.float32(np.inf)" if dtype.is_floating else f"{dtype.max}"
-    raise ValueError(op)
-
-
-def _combine(op: str, acc: str, v: str, dtype: DType) -> str:
-    if op == "sum":
-        return f"{acc} + {v}"
-    if op == "prod":
-        return f"{acc} * {v}"
-    if op == "max":
-        return f"km.fmax({acc}, {v})" if dtype.is_floating else f"max({acc}, {v})"
-    if op == "min":
-        return f"km.fmin({acc}, {v})" if dtype.is_floating else f"min({acc}, {v})"
-    if op == "any":
-        return f"{acc} or {v}"
-    if op == "all":
-        return f"{acc} and {v}"
-    raise ValueError(op)
-
-
-def _acc_type(op: str, dtype: DType) -> DType:
-    """The accumulator's type: int64 for integer sums and products, float32 for float16."""
-    if op in ("sum", "prod") and dtype.is_integer:
-        return dtypes.int64
-    return dtypes.float32 if dtype == dtypes.float16 else dtype
+def _reduce_init(red: Reduction, dtype: DType) -> str:
+    """Source of the identity ``red`` starts an accumulator of ``dtype`` from."""
+    v = red.identity(dtype)
+    if isinstance(v, bool):
+        return str(v)
+    if dtype.is_floating and math.isinf(v):
+        return f"np.float32({'-' if v < 0 else ''}np.inf)"
+    return f"{compute_type(dtype)}({v})"
 
 
 def render_kernel(k: Kernel, parallel: bool = False) -> Rendered:
@@ -251,7 +221,7 @@ def render_kernel(k: Kernel, parallel: bool = False) -> Rendered:
     elif k.reduce.mode == "scan":
         lines = _render_scan(k, params, hoisted)
         parallel = False
-    elif k.reduce.op in ("argmax", "argmin"):
+    elif REDUCTIONS[k.reduce.op].is_arg:
         lines = _render_argreduce(k, params, hoisted)
         parallel = False
     else:
@@ -320,17 +290,17 @@ def _inner_reduce(k: Kernel) -> bool:
 def _render_reduce(k: Kernel, params: _Params, hoisted: list[str], parallel: bool) -> list[str]:
     assert k.reduce is not None
     (store,) = k.stores
-    op, rdomain = k.reduce.op, k.reduce.rdomain
-    acc_t = _acc_type(op, store.value.dtype)
+    red, rdomain = REDUCTIONS[k.reduce.op], k.reduce.rdomain
+    acc_t = red.accumulator(store.value.dtype)
     rnames = [f"r{j}" for j in range(len(rdomain))]
     if _inner_reduce(k) or not k.domain or acc_t != store.buf.dtype:
         head, depth = _domain_loops(k, params, parallel)
         rloops, rdepth = _loops(rnames, [params.int(d) for d in rdomain])
         body = _Body(params, hoisted)
         v = body.expr(store.value)
-        inner = body.lines + [f"acc = {_combine(op, 'acc', v, acc_t)}"]
+        inner = body.lines + [f"acc = {red.step('acc', v, acc_t)}"]
         out = f"{_at(params.buf(store.buf), body.index(store.index))} = {body.store_value(store.buf, 'acc')}"
-        return head + _indent([f"acc = {_reduce_init(op, acc_t)}", *rloops, *_indent(inner, rdepth), out], depth)
+        return head + _indent([f"acc = {_reduce_init(red, acc_t)}", *rloops, *_indent(inner, rdepth), out], depth)
     # A kept axis is the contiguous one: accumulate whole output rows in the output buffer itself
     # (vectorises along the kept axis; the accumulator has the output's type, checked above).
     body = _Body(params, hoisted)
@@ -338,20 +308,21 @@ def _render_reduce(k: Kernel, params: _Params, hoisted: list[str], parallel: boo
     out = _at(params.buf(store.buf), body.index(store.index))
     head, depth = _loops([f"i{j}" for j in range(len(k.domain))], [params.int(d) for d in k.domain])
     rloops, rdepth = _loops(rnames, [params.int(d) for d in rdomain])
-    init = head + _indent([f"{out} = {_reduce_init(op, acc_t)}"], depth)
-    update = body.lines + [f"{out} = {_combine(op, out, v, acc_t)}"]
+    init = head + _indent([f"{out} = {_reduce_init(red, acc_t)}"], depth)
+    update = body.lines + [f"{out} = {red.step(out, v, acc_t)}"]
     return init + rloops + _indent(head + _indent(update, depth), rdepth)
 
 
 def _render_argreduce(k: Kernel, params: _Params, hoisted: list[str]) -> list[str]:
     assert k.reduce is not None
     (store,) = k.stores
-    better = ">" if k.reduce.op == "argmax" else "<"
+    red = REDUCTIONS[k.reduce.op]
+    better = red.better
     head, depth = _domain_loops(k, params, False)
     n = params.int(k.reduce.rdomain[0])
     body = _Body(params, hoisted)
     v = body.expr(store.value)
-    init = _reduce_init(k.reduce.op, store.value.dtype)
+    init = _reduce_init(red, store.value.dtype)
     nan = store.value.dtype.is_floating
     cond = f"({v} {better} best or ({v} != {v} and best == best))" if nan else f"{v} {better} best"
     inner = [*body.lines, f"if {cond}:", f"    best = {v}", "    bi = r0"]
@@ -364,12 +335,14 @@ def _render_scan(k: Kernel, params: _Params, hoisted: list[str]) -> list[str]:
     (store,) = k.stores
     head, depth = _domain_loops(k, params, False)
     n = params.int(k.reduce.rdomain[0])
-    acc_t = _acc_type("sum", store.value.dtype)
+    total = REDUCTIONS[k.reduce.op]
+    acc_t = total.accumulator(store.value.dtype)
     body = _Body(params, hoisted)
     v = body.expr(store.value)
     out = f"{_at(params.buf(store.buf), body.index(store.index))} = {body.store_value(store.buf, 'acc')}"
-    step = [f"acc = acc + {v}", out] if not k.reduce.exclusive else [out, f"acc = acc + {v}"]
+    update = f"acc = {total.step('acc', v, acc_t)}"
+    step = [update, out] if not k.reduce.exclusive else [out, update]
     r0 = f"({n} - 1 - rr)" if k.reduce.reverse else "rr"
     inner = [f"r0 = {r0}", *body.lines, *step]
-    return head + _indent([f"acc = {_reduce_init('sum', acc_t)}", f"for rr in range({n}):", *_indent(inner, 1)],
+    return head + _indent([f"acc = {_reduce_init(total, acc_t)}", f"for rr in range({n}):", *_indent(inner, 1)],
                           depth)

@@ -44,13 +44,17 @@ class ElementCost:
     """Per-loop cycle figures of an element-wise vertex (``spec/ipu_arch.md`` §3.2–3.3).
 
     ``cycles`` per inner loop, processing ``width`` elements; ``natural`` loops use the data-path
-    vector width and pay the per-loop overhead of the 1D vertex formulas.
+    vector width and pay the per-loop overhead of the 1D vertex formulas. ``assembly``: the float and
+    half loops are hand-written assembly (ADD/SUB/MUL), whose per-loop overhead is smaller.
+    ``entry_1d``: the op's own worker entry cycles in a unary 1D vertex (None: the usual ones).
     """
 
     float: tuple[int, int, bool] = (2, 2, True)
     half: tuple[int, int, bool] = (2, 4, True)
     int: tuple[int, int, bool] = (7, 1, False)
     flops: int = 1
+    assembly: bool = False
+    entry_1d: int | None = None
 
 
 @dataclass
@@ -67,6 +71,7 @@ class OpDef:
     vjp: Callable[..., Any] | None = None
     effect: bool = False
     commutative: bool = False
+    half_exact: bool = False  # element-wise: exact on float16 inputs, so its float16 result needs no rounding
     doc: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 

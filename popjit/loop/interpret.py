@@ -37,6 +37,7 @@ from popjit.ir.loop import (
     While,
 )
 from popjit.ops import registry
+from popjit.ops.reduce import REDUCTIONS
 
 Memory = dict[int, np.ndarray]
 
@@ -98,18 +99,6 @@ def _grid(dims: Sequence[int], names: Sequence[str]) -> tuple[dict[str, np.ndarr
     return {name: idx[k].astype(np.int64) for k, name in enumerate(names)}, n
 
 
-_REDUCERS = {
-    "sum": lambda a: np.sum(a, axis=1, dtype=np.float32 if a.dtype == np.float16 else None),
-    "prod": lambda a: np.prod(a, axis=1, dtype=np.float32 if a.dtype == np.float16 else None),
-    "max": lambda a: np.max(a, axis=1, initial=-np.inf if a.dtype.kind == "f" else np.iinfo(a.dtype).min),
-    "min": lambda a: np.min(a, axis=1, initial=np.inf if a.dtype.kind == "f" else np.iinfo(a.dtype).max),
-    "any": lambda a: np.any(a, axis=1),
-    "all": lambda a: np.all(a, axis=1),
-    "argmax": lambda a: np.argmax(a, axis=1),
-    "argmin": lambda a: np.argmin(a, axis=1),
-}
-
-
 def run_kernel(k: Kernel, mem: Memory) -> None:
     (store,) = k.stores if k.reduce else (None,)
     if k.reduce is None:
@@ -129,7 +118,7 @@ def run_kernel(k: Kernel, mem: Memory) -> None:
     target = mem[store.buf.uid]
     if r.mode == "reduce":
         with np.errstate(all="ignore"):
-            red = _REDUCERS[r.op](body) if nr else _REDUCERS[r.op](np.zeros((nd, 0), body.dtype))
+            red = REDUCTIONS[r.op].numpy(body if nr else np.zeros((nd, 0), body.dtype), (1,), False)
         denv, _ = _grid(k.domain, [f"i{j}" for j in range(len(k.domain))])
         ix = Evaluator(denv, mem, nd).index(store.index)
         target[ix] = np.asarray(red).astype(target.dtype)

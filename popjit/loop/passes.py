@@ -33,6 +33,7 @@ from popjit.ir.loop import (
     as_index,
     ivar,
 )
+from popjit.ops.reduce import REDUCTIONS
 
 # ----------------------------------------------------------------------------------------------
 # collapse_dims
@@ -107,7 +108,7 @@ def collapse_kernel(k: Kernel) -> Kernel:
     dsizes, dsub = _collapse_group([f"i{j}" for j in range(len(k.domain))], list(k.domain), ilins, pinned, "_d")
     reduce = k.reduce
     rsub: dict[IAtom, ILin] = {}
-    if reduce is not None and reduce.op not in ("argmax", "argmin"):
+    if reduce is not None and not REDUCTIONS[reduce.op].is_arg:
         rnames = [f"r{j}" for j in range(len(reduce.rdomain))]
         rsizes, rsub = _collapse_group(rnames, list(reduce.rdomain), ilins, pinned, "_r")
         reduce = Reduce(reduce.op, tuple(rsizes), reduce.mode, reduce.exclusive, reduce.reverse)

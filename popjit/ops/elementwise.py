@@ -90,8 +90,9 @@ def _scalar(template: Template) -> Callable[..., str]:
 
 
 def unary(name: str, ref: Callable[..., np.ndarray], template: Template, allowed: tuple[DType, ...] = FLOATS,
-          cost: ElementCost = ElementCost(), out: DType | None = None, doc: str = "") -> OpDef:
-    """Register a unary element-wise op."""
+          cost: ElementCost = ElementCost(), out: DType | None = None, doc: str = "",
+          half_exact: bool = False) -> OpDef:
+    """Register a unary element-wise op (``half_exact``: exact on float16 inputs)."""
 
     def infer(x: Aval, **attrs: Any) -> Aval:
         check_dtype(name, x.dtype, allowed)
@@ -99,19 +100,20 @@ def unary(name: str, ref: Callable[..., np.ndarray], template: Template, allowed
 
     doc = doc or f"element-wise {name}"
     return register(OpDef(name, UNARY, infer, ref, _lower_elementwise, _scalar(template), cost, doc=doc,
-                          extra={"dtypes": allowed}))
+                          half_exact=half_exact, extra={"dtypes": allowed}))
 
 
 def _c(f: tuple[int, int, bool], h: tuple[int, int, bool], i: tuple[int, int, bool] = (7, 1, False),
-       flops: int = 1) -> ElementCost:
-    return ElementCost(f, h, i, flops)
+       flops: int = 1, **more: Any) -> ElementCost:
+    return ElementCost(f, h, i, flops, **more)
 
 
 NAT_F, NAT_H = (2, 2, True), (2, 4, True)
 
-unary("neg", lambda x: np.negative(x), "(-{0})", NUMERIC, _c((2, 2, False), (2, 4, False), (2, 1, False)))
-unary("abs", lambda x: np.abs(x), "abs({0})", NUMERIC, _c((1, 1, True), (1, 1, True), (2, 1, False)))
-unary("exp", _f64(np.exp), _fl("exp", "np.exp"), FLOATS, _c((6, 2, False), (4, 4, False)))
+unary("neg", lambda x: np.negative(x), "(-{0})", NUMERIC, _c((2, 2, False), (2, 4, False), (2, 1, False)),
+      half_exact=True)
+unary("abs", lambda x: np.abs(x), "abs({0})", NUMERIC, _c((1, 1, True), (1, 1, True), (2, 1, False)), half_exact=True)
+unary("exp", _f64(np.exp), _fl("exp", "np.exp"), FLOATS, _c((6, 2, False), (4, 4, False), entry_1d=33))
 unary("expm1", _f64(np.expm1), _fl("expm1", "np.expm1"), FLOATS, _c((8, 2, False), (6, 4, False)))  # est
 unary("log", _f64(np.log), _fl("log", "np.log"), FLOATS, _c((12, 2, False), (4, 4, False)))
 unary("log1p", _f64(np.log1p), _fl("log1p", "np.log1p"), FLOATS, _c((14, 2, False), (6, 4, False)))  # est
@@ -122,10 +124,10 @@ unary("tanh", _f64(np.tanh), _fl("tanh", "np.tanh"), FLOATS, _c((12, 2, False), 
 unary("sigmoid", _f64(lambda x: 0.5 * (1.0 + np.tanh(0.5 * x))), _fl("sigmoid", "km.sigmoid64"), FLOATS,
       _c((12, 2, False), (6, 4, False)))
 unary("relu", _same(lambda x: np.maximum(x, 0)), {"float": "km.fmax({0}, km.F0)", "int": "max({0}, 0)"}, NUMERIC,
-      _c((3, 2, False), (3, 4, False)))
+      _c((3, 2, False), (3, 4, False)), half_exact=True)
 unary("relu6", _same(lambda x: np.minimum(np.maximum(x, 0), 6)),
       {"float": "km.fmin(km.fmax({0}, km.F0), km.F6)", "int": "min(max({0}, 0), 6)"}, NUMERIC,
-      _c((4, 2, False), (4, 4, False)))  # est
+      _c((4, 2, False), (4, 4, False)), half_exact=True)  # est
 unary("elu", _f64(lambda x: np.where(x > 0, x, np.expm1(x))), _fl("elu", "km.elu64"), FLOATS,
       _c((8, 2, False), (8, 4, False)))  # est
 
@@ -146,13 +148,13 @@ unary("softplus", _f64(lambda x: np.logaddexp(0.0, x)), _fl("softplus", "km.soft
       _c((18, 2, False), (10, 4, False)))  # est
 unary("sin", _f64(np.sin), _fl("sin", "np.sin"), FLOATS, _c((2300, 1, False), (25, 1, False)))
 unary("cos", _f64(np.cos), _fl("cos", "np.cos"), FLOATS, _c((2300, 1, False), (25, 1, False)))
-unary("floor", lambda x: np.floor(x), "np.floor({0})", FLOATS, _c(NAT_F, NAT_H))
-unary("ceil", lambda x: np.ceil(x), "np.ceil({0})", FLOATS, _c(NAT_F, NAT_H))
+unary("floor", lambda x: np.floor(x), "np.floor({0})", FLOATS, _c(NAT_F, NAT_H), half_exact=True)
+unary("ceil", lambda x: np.ceil(x), "np.ceil({0})", FLOATS, _c(NAT_F, NAT_H), half_exact=True)
 unary("round", lambda x: np.round(x), {"float": "km.round_half_even({0})", "float64": "np.rint({0})"}, FLOATS,
-      _c(NAT_F, NAT_H))
+      _c(NAT_F, NAT_H), half_exact=True)
 _SIGN_INT = "(1 if {0} > 0 else (-1 if {0} < 0 else 0))"
 unary("sign", lambda x: np.sign(x), {"float": "km.sign({0})", "int": _SIGN_INT}, NUMERIC,
-      _c((3, 2, False), (3, 4, False)))  # est
+      _c((3, 2, False), (3, 4, False)), half_exact=True)  # est
 unary("reciprocal", _f64(lambda x: 1.0 / x), "(km.F1 / {0})", FLOATS, _c((6, 2, False), (15, 4, False)))
 unary("erf", _f64(lambda x: _erf(x)), _fl("erf", "km.erf64"), FLOATS, _c((41, 1, False), (13, 1, False)))
 unary("logical_not", lambda x: np.logical_not(x), "(not {0})", BOOL, _c((2, 4, False), (2, 4, False), (2, 4, False)))
@@ -166,8 +168,8 @@ unary("is_finite", lambda x: np.isfinite(x), "km.is_finite({0})", FLOATS, _c((3,
 
 def binary(name: str, ref: Callable[..., np.ndarray], template: Template, allowed: tuple[DType, ...] = NUMERIC,
            cost: ElementCost = ElementCost(), out: DType | None = None, commutative: bool = False,
-           tf_name: str = "") -> OpDef:
-    """Register a binary element-wise op with NumPy broadcasting."""
+           tf_name: str = "", half_exact: bool = False) -> OpDef:
+    """Register a binary element-wise op with NumPy broadcasting (``half_exact``: exact on float16 inputs)."""
     tf_name = tf_name or name.title().replace("_", "")
 
     def infer(x: Aval, y: Aval, **attrs: Any) -> Aval:
@@ -177,7 +179,7 @@ def binary(name: str, ref: Callable[..., np.ndarray], template: Template, allowe
 
     return register(OpDef(name, BINARY, infer, ref, _lower_elementwise, _scalar(template), cost,
                           commutative=commutative, doc=f"element-wise, broadcasting (TensorFlow's {tf_name})",
-                          extra={"dtypes": allowed}))
+                          half_exact=half_exact, extra={"dtypes": allowed}))
 
 
 def _int_floordiv(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -236,7 +238,7 @@ def _pow_ref(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.power(x.astype(np.float64), y.astype(np.float64)).astype(x.dtype)
 
 
-_ADD = _c((1, 2, True), (1, 4, True), (7, 1, False))
+_ADD = _c((1, 2, True), (1, 4, True), (7, 1, False), assembly=True)
 _CMP = _c((14, 4, False), (9, 4, False), (22, 4, False))
 binary("add", _same(np.add), "({0} + {1})", NUMERIC, _ADD, commutative=True, tf_name="AddV2")
 binary("sub", _same(np.subtract), "({0} - {1})", NUMERIC, _ADD, tf_name="Sub")
@@ -250,9 +252,9 @@ binary("mod", _mod_ref, {"float": "km.floormod_f({0}, {1})", "int": "km.floormod
 binary("pow", _pow_ref, {"float": "km.pow_f({0}, {1})", "int": "km.pow_i({0}, {1})"}, NUMERIC,
        _c((312, 1, False), (325, 1, False), (32, 1, False)), tf_name="Pow")
 binary("maximum", _same(np.maximum), {"float": "km.fmax({0}, {1})", "any": "max({0}, {1})"}, NUMERIC,
-       _c((3, 2, False), (4, 4, False), (7, 1, False)), commutative=True, tf_name="Maximum")
+       _c((3, 2, False), (4, 4, False), (7, 1, False)), commutative=True, tf_name="Maximum", half_exact=True)
 binary("minimum", _same(np.minimum), {"float": "km.fmin({0}, {1})", "any": "min({0}, {1})"}, NUMERIC,
-       _c((3, 2, False), (4, 4, False), (7, 1, False)), commutative=True, tf_name="Minimum")
+       _c((3, 2, False), (4, 4, False), (7, 1, False)), commutative=True, tf_name="Minimum", half_exact=True)
 def _squared_difference(x: str, y: str, dtype: DType) -> str:
     """``(x - y)^2``; a float16 difference rounds to float16 first, as TensorFlow's does."""
     d = f"f16_to_f32(f32_to_f16({x} - {y}))" if dtype == dtypes.float16 else f"({x} - {y})"
@@ -293,7 +295,7 @@ def _select_infer(c: Aval, x: Aval, y: Aval) -> Aval:
 register(OpDef(
     "select", ELEMENTWISE, _select_infer, lambda c, x, y: np.where(c, x, y).astype(x.dtype),
     _lower_elementwise, _scalar("({1} if {0} else {2})"), _c((4, 2, False), (4, 4, False), (4, 1, False)),
-    doc="tf.where(cond, x, y) with broadcasting",
+    half_exact=True, doc="tf.where(cond, x, y) with broadcasting",
 ))
 
 

@@ -3,10 +3,17 @@
 Lowering: one :class:`~popjit.ir.loop.Kernel` with a ``Reduce`` part; its domain is the kept
 axes and its ``rdomain`` the reduced ones, so an element-wise producer (``sum(x * x)``) fuses into
 the reduction's body.
+
+:data:`REDUCTIONS` has one row per way of combining (the loop IR's ``Reduce.op``): its NumPy
+reference, identity, the Numba source of one combining step, the Poplar operation and the
+cycle formula. The loop interpreter, the code generator and the schedule read these rows; a new
+reduction is a new row here (and an op below, and its frontend name).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,14 +33,94 @@ NUMERIC = FLOATS + (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtyp
 BOOL = (dtypes.bool_,)
 
 
+def _acc_dtype(x: np.ndarray) -> Any:
+    return np.float32 if x.dtype == np.float16 else None
+
+
+def _lowest(x: np.ndarray) -> Any:
+    return -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+
+
+def _highest(x: np.ndarray) -> Any:
+    return np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).max
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """One way a loop-IR ``Reduce`` combines elements (its ``op``), every facet side by side.
+
+    - ``numpy(x, axes, keepdims)``: the reference (the ops below and the loop interpreter run it);
+    - ``identity(dtype)``: the value an accumulator of ``dtype`` starts from;
+    - ``combine``: Numba source of one step ``acc ⊕ v`` for floating and for other accumulators,
+      with ``{acc}`` and ``{v}`` in it; arg-reductions have ``better`` instead, the comparison that
+      moves the running index;
+    - ``poplar``: the ``popops::Operation`` of the reduce vertex the schedule places;
+    - ``cost``: the reduce-vertex cycle formula (``vectorised``, ``logical`` or ``generic``, see
+      :func:`popjit.schedule.cost.reduce_thread_cycles`);
+    - ``widens``: integer inputs accumulate in int64 (sums and products).
+    """
+
+    name: str
+    poplar: str
+    numpy: Callable[[np.ndarray, tuple[int, ...], bool], Any]
+    identity: Callable[[DType], Any]
+    combine: tuple[str, str] | None = None
+    better: str | None = None
+    cost: str = "vectorised"
+    widens: bool = False
+
+    @property
+    def is_arg(self) -> bool:
+        """An arg-reduction: the result is the index of the extreme along one axis."""
+        return self.better is not None
+
+    def accumulator(self, dtype: DType) -> DType:
+        """The accumulator's type: int64 for widening integer reductions, float32 for float16."""
+        if self.widens and dtype.is_integer:
+            return dtypes.int64
+        return dtypes.float32 if dtype == dtypes.float16 else dtype
+
+    def step(self, acc: str, v: str, dtype: DType) -> str:
+        """Numba source of one combining step for an accumulator of ``dtype``."""
+        assert self.combine is not None, f"{self.name} is an arg-reduction: it compares with {self.better!r}"
+        return self.combine[0 if dtype.is_floating else 1].format(acc=acc, v=v)
+
+    def partial_bytes(self, dtype: DType) -> int:
+        """Bytes of one partial result exchanged between tiles [U]: (value, index) pairs for
+        arg-reductions, float partials for half, otherwise the output type."""
+        if self.is_arg:
+            return 8
+        return 4 if dtype == dtypes.float16 else dtype.size
+
+
+def _extreme(low: bool) -> Callable[[DType], Any]:
+    return lambda d: (-np.inf if low else np.inf) if d.is_floating else (d.min if low else d.max)
+
+
+REDUCTIONS: dict[str, Reduction] = {r.name: r for r in [
+    Reduction("sum", "ADD", lambda x, a, k: np.sum(x, axis=a, keepdims=k, dtype=_acc_dtype(x)), lambda d: 0,
+              ("{acc} + {v}", "{acc} + {v}"), widens=True),
+    Reduction("prod", "MUL", lambda x, a, k: np.prod(x, axis=a, keepdims=k, dtype=_acc_dtype(x)), lambda d: 1,
+              ("{acc} * {v}", "{acc} * {v}"), widens=True),
+    Reduction("max", "MAX", lambda x, a, k: np.max(x, axis=a, keepdims=k, initial=_lowest(x)), _extreme(True),
+              ("km.fmax({acc}, {v})", "max({acc}, {v})")),
+    Reduction("min", "MIN", lambda x, a, k: np.min(x, axis=a, keepdims=k, initial=_highest(x)), _extreme(False),
+              ("km.fmin({acc}, {v})", "min({acc}, {v})")),
+    Reduction("any", "LOGICAL_OR", lambda x, a, k: np.any(x, axis=a, keepdims=k), lambda d: False,
+              ("{acc} or {v}", "{acc} or {v}"), cost="logical"),
+    Reduction("all", "LOGICAL_AND", lambda x, a, k: np.all(x, axis=a, keepdims=k), lambda d: True,
+              ("{acc} and {v}", "{acc} and {v}"), cost="logical"),
+    Reduction("argmax", "ARGMAX", lambda x, a, k: np.argmax(x, axis=a[0]), _extreme(True), better=">",
+              cost="generic"),
+    Reduction("argmin", "ARGMIN", lambda x, a, k: np.argmin(x, axis=a[0]), _extreme(False), better="<",
+              cost="generic"),
+]}
+
+
 def reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) -> tuple[int, ...]:
     if keepdims:
         return tuple(1 if k in axes else d for k, d in enumerate(shape))
     return tuple(d for k, d in enumerate(shape) if k not in axes)
-
-
-def _acc_dtype(x: np.ndarray) -> Any:
-    return np.float32 if x.dtype == np.float16 else None
 
 
 def _lower_reduction(ctx: Any, x: Lazy, axes: tuple[int, ...], reduce: str, out: Aval, mode: str = "reduce",
@@ -76,8 +163,9 @@ def _check_axis(axis: int, ndim: int, op: str) -> int:
     return normalize_axis(axis, ndim, op)
 
 
-def reduction(name: str, reduce: str, ref: Any, allowed: tuple[DType, ...], keep_dtype: bool = True) -> OpDef:
-    """Register ``reduce_<op>(x, axes, keepdims)``."""
+def reduction(name: str, reduce: str, allowed: tuple[DType, ...]) -> OpDef:
+    """Register ``reduce_<op>(x, axes, keepdims)`` over the row ``REDUCTIONS[reduce]``."""
+    ref = REDUCTIONS[reduce].numpy
 
     def infer(x: Aval, axes: tuple[int, ...], keepdims: bool = False) -> Aval:
         check_dtype(name, x.dtype, allowed)
@@ -97,24 +185,18 @@ def reduction(name: str, reduce: str, ref: Any, allowed: tuple[DType, ...], keep
                           extra={"reduce": reduce, "dtypes": allowed}))
 
 
-reduction("reduce_sum", "sum", lambda x, a, k: np.sum(x, axis=a, keepdims=k, dtype=_acc_dtype(x)), NUMERIC)
-reduction("reduce_prod", "prod", lambda x, a, k: np.prod(x, axis=a, keepdims=k, dtype=_acc_dtype(x)), NUMERIC)
-reduction("reduce_max", "max", lambda x, a, k: np.max(x, axis=a, keepdims=k, initial=_lowest(x)), NUMERIC)
-reduction("reduce_min", "min", lambda x, a, k: np.min(x, axis=a, keepdims=k, initial=_highest(x)), NUMERIC)
-reduction("reduce_any", "any", lambda x, a, k: np.any(x, axis=a, keepdims=k), BOOL)
-reduction("reduce_all", "all", lambda x, a, k: np.all(x, axis=a, keepdims=k), BOOL)
+reduction("reduce_sum", "sum", NUMERIC)
+reduction("reduce_prod", "prod", NUMERIC)
+reduction("reduce_max", "max", NUMERIC)
+reduction("reduce_min", "min", NUMERIC)
+reduction("reduce_any", "any", BOOL)
+reduction("reduce_all", "all", BOOL)
 
 
-def _lowest(x: np.ndarray) -> Any:
-    return -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-
-
-def _highest(x: np.ndarray) -> Any:
-    return np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).max
-
-
-def arg_reduction(name: str, reduce: str, np_fn: Any) -> OpDef:
-    """Register ``argmax``/``argmin(x, axis, output_type)``: the first index of the extreme."""
+def arg_reduction(name: str, reduce: str) -> OpDef:
+    """Register ``argmax``/``argmin(x, axis, output_type)`` over the row ``REDUCTIONS[reduce]``: the
+    first index of the extreme."""
+    ref = REDUCTIONS[reduce].numpy
 
     def infer(x: Aval, axis: int, output_type: DType = dtypes.int64) -> Aval:
         check_dtype(name, x.dtype, NUMERIC + BOOL)
@@ -124,7 +206,7 @@ def arg_reduction(name: str, reduce: str, np_fn: Any) -> OpDef:
         return Aval(tuple(d for k, d in enumerate(x.shape) if k != ax), output_type)
 
     def reference(x: np.ndarray, axis: int, output_type: DType = dtypes.int64) -> np.ndarray:
-        return np_fn(x, axis=normalize_axis(axis, x.ndim)).astype(output_type.np)
+        return np.asarray(ref(x, (normalize_axis(axis, x.ndim),), False)).astype(output_type.np)
 
     def lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
         ax = normalize_axis(node.attrs["axis"], args[0].ndim)
@@ -134,8 +216,8 @@ def arg_reduction(name: str, reduce: str, np_fn: Any) -> OpDef:
                           extra={"reduce": reduce}))
 
 
-arg_reduction("argmax", "argmax", np.argmax)
-arg_reduction("argmin", "argmin", np.argmin)
+arg_reduction("argmax", "argmax")
+arg_reduction("argmin", "argmin")
 
 
 def _cumsum_infer(x: Aval, axis: int, exclusive: bool = False, reverse: bool = False) -> Aval:

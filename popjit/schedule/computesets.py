@@ -33,6 +33,7 @@ from popjit.ir.loop import (
     ivar,
     row_major_strides,
 )
+from popjit.ops.reduce import REDUCTIONS
 from popjit.ops.registry import BINARY, UNARY, ElementCost
 from popjit.ops.registry import get as get_op
 from popjit.schedule import cost
@@ -62,9 +63,6 @@ from popjit.schedule.matmul_plan import (
     tile_blocks,
 )
 from popjit.schedule.target import Target
-
-REDUCE_NAMES = {"sum": "ADD", "prod": "MUL", "max": "MAX", "min": "MIN", "any": "LOGICAL_OR", "all": "LOGICAL_AND",
-                "argmax": "ARGMAX", "argmin": "ARGMIN"}
 
 
 @dataclass(frozen=True)
@@ -393,9 +391,9 @@ class Builder:
         output per element, plus the fused element-wise prelude; carries between tiles ignored."""
         W = self.target.workers
         per = cost.ceil_div(elements, W)
-        compute = W * (cost.reduce_thread_cycles("scan", fam, per, per)
+        compute = W * (cost.reduce_thread_cycles(op, fam, per, per, scan=True)
                        + sum(o.loop(per) for o in ops if o.name != "copy"))
-        codelet = f"popjit::Scan<{REDUCE_NAMES.get(op, op)},{fam}>"
+        codelet = f"popjit::Scan<{REDUCTIONS[op].poplar},{fam}>"
         per_vertex = cost.ceil_div(regions, np.maximum(nv, 1))
         state = nv * (cost.STATE_BYTES["reduce"] + cost.STATE_REGION_BYTES * per_vertex)
         return {codelet: nv}, {codelet: cost.CODE_BYTES["scan"]}, compute, state
@@ -457,10 +455,10 @@ class Builder:
         per_e, per_o = cost.ceil_div(elements, W), cost.ceil_div(outputs, W)
         compute1 = W * (cost.reduce_thread_cycles(red.op, fam, per_e, per_o) + sum(o.loop(per_e) for o in ops))
         ex_in = self._read_exchange(pieces, src, loads, 2)
-        pbytes = _partial_bytes(red.op, store.buf.dtype)
+        pbytes = REDUCTIONS[red.op].partial_bytes(store.buf.dtype)
         partials = merged_intervals(src, olo, ohi)
         stage2 = self._final_stage(k, partials, pbytes, fam, out_map if out_known else None)
-        codelet = f"popops::Reduce<{REDUCE_NAMES.get(red.op, red.op)},{fam}>"
+        codelet = f"popops::Reduce<{REDUCTIONS[red.op].poplar},{fam}>"
         grain = self.target.grain(store.value.dtype)
         nv = np.where(elements > 0, np.minimum(W, np.maximum(1, cost.ceil_div(elements, 2 * grain))), 0)
         stage1 = ComputeSet(
@@ -525,7 +523,7 @@ class Builder:
         acc = "float" if fam == "half" else fam
         compute = W * cost.reduce_thread_cycles(red.op, acc, cost.ceil_div(elements, W), cost.ceil_div(outputs, W))
         nv = np.where(outputs > 0, np.minimum(W, np.maximum(1, outputs)), 0)
-        codelet = f"popops::Reduce<{REDUCE_NAMES.get(red.op, red.op)},{acc}>"
+        codelet = f"popops::Reduce<{REDUCTIONS[red.op].poplar},{acc}>"
         return ComputeSet(
             f"{k.name}/Reduce1", "reduce", {codelet: nv}, compute, ex, self.target, temp_bytes=ex.bytes_in,
             state_bytes=nv * cost.STATE_BYTES["reduce"] + cost.STATE_REGION_BYTES * regions,
@@ -674,16 +672,6 @@ def copy_exchange(src: TileMapping, dst: TileMapping, elem_bytes: int, tiles: in
     regions = np.bincount(d, minlength=tiles).astype(np.int64)
     ex = exchange_of(d, s, t0, t0 + plen, elem_bytes, tiles)
     return (ex if ex.any else None), local, regions
-
-
-def _partial_bytes(op: str, dtype: DType) -> int:
-    """Bytes of one reduction partial [U]: float partials for half, (value, index) pairs for
-    arg-reductions, otherwise the output type."""
-    if op in ("argmax", "argmin"):
-        return 8
-    if dtype == dtypes.float16:
-        return 4
-    return dtype.size
 
 
 def _t(dtype: DType) -> str:

@@ -17,6 +17,7 @@ import numpy as np
 
 from popjit import dtypes
 from popjit.dtypes import DType
+from popjit.ops.reduce import REDUCTIONS
 from popjit.ops.registry import BINARY, UNARY, ElementCost, get
 
 Array = np.ndarray
@@ -75,7 +76,7 @@ class OpUse:
             return ceil_div(n, width) * per
         if not natural:
             return ceil_div(n, width) * cycles
-        fast = self.name in ("add", "sub", "mul") and self.family in ("float", "half")
+        fast = self.cost.assembly and self.family in ("float", "half")
         if self.scalar_operand:
             ovh = 1 if fast else 4
         elif self.kind == BINARY:
@@ -94,7 +95,7 @@ class OpUse:
         if self.kind == BINARY:
             return 29 if self.family == "float" else 26
         if self.kind == UNARY:
-            return 33 if self.name == "exp" else 17
+            return self.cost.entry_1d or 17
         return 26  # n-ary (select, clip) [U]: like a binary op
 
     @property
@@ -182,20 +183,22 @@ def binary_op_1d(n: Array, op: str = "add", dtype: DType = dtypes.float32, worke
 # Reductions (§3.5)
 
 
-def reduce_thread_cycles(op: str, fam: str, elements: Array, outputs: Array) -> Array:
-    """Thread cycles of one reduce worker over ``elements`` inputs into ``outputs`` outputs.
+def reduce_thread_cycles(op: str, fam: str, elements: Array, outputs: Array, scan: bool = False) -> Array:
+    """Thread cycles of one reduce worker over ``elements`` inputs into ``outputs`` outputs, by the
+    formula the reduction's row names (``REDUCTIONS[op].cost``; scans use the generic one).
 
-    ADD/MAX/MIN/MUL [V]: one output: ``17 + n/epl + n % epl`` (+5 if not float); many outputs
-    ("all regions continuous"): ``outputs x ceil(partials/epl) + 2 (odd) + 12 x outputs + 17``;
-    ``epl`` = min(accumulator width, data-path elements) = 2 float, 4 half, 1 int [U for int].
-    any/all (non-vectorised [V]): ``24 + 22 x outputs + 25 x elements``. argmax/argmin and scans
-    [U]: ``30 + 12 x outputs + 3 x elements``.
+    ``vectorised`` (ADD/MAX/MIN/MUL) [V]: one output: ``17 + n/epl + n % epl`` (+5 if not float);
+    many outputs ("all regions continuous"): ``outputs x ceil(partials/epl) + 2 (odd) + 12 x outputs
+    + 17``; ``epl`` = min(accumulator width, data-path elements) = 2 float, 4 half, 1 int [U for int].
+    ``logical`` (any/all, non-vectorised [V]): ``24 + 22 x outputs + 25 x elements``. ``generic``
+    (argmax/argmin, scans) [U]: ``30 + 12 x outputs + 3 x elements``.
     """
     e = np.asarray(elements, np.int64)
     o = np.maximum(np.asarray(outputs, np.int64), 1)
-    if op in ("any", "all"):
+    formula = "generic" if scan else REDUCTIONS[op].cost
+    if formula == "logical":
         return np.where(e > 0, 24 + 22 * o + 25 * e, 0)
-    if op not in ("sum", "max", "min", "prod"):
+    if formula == "generic":
         return np.where(e > 0, 30 + 12 * o + 3 * e, 0)
     epl = {"float": 2, "half": 4, "int": 1}[fam]
     single = 17 + e // epl + e % epl + (0 if fam == "float" else 5)
