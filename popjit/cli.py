@@ -29,7 +29,6 @@ from popjit import config, errors, runner
 from popjit.flags import poplar_flags
 from popjit.kernels.jit import cache_root, fingerprint
 from popjit.runtime import device as devices
-from popjit.schedule.target import make_target
 
 NOT_IMPLEMENTED_STATUS = 2
 VERSION_NAMES = {"ipu1": "GC2, Mk1", "ipu2": "GC200, Mk2"}
@@ -87,7 +86,7 @@ def describe_system(version: str = "ipu2", tiles_per_ipu: int = 0) -> str:
             ipus = ", ".join(str(d.first_ipu + i) for i in range(d.num_ipus))
             lines.append(f"  {d.name}  {d.num_ipus} IPU{'s' if d.num_ipus > 1 else ''} ({ipus})  {d.target.describe()}")
     else:
-        lines += describe_target(make_target(version, tiles_per_ipu))
+        lines += describe_target(devices.default_target(version, tiles_per_ipu))
         lines.append("devices:             none attached yet; a program attaches them with")
         lines.append("                     cfg = ipu.config.IPUConfig(); cfg.auto_select_ipus = N")
         lines.append("                     cfg.configure_ipu_system()")

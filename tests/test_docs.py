@@ -51,3 +51,15 @@ def test__readme__first_screen_has_the_two_commands():
     ci = (ROOT / ".ci" / "run").read_text()
     test_command = re.search(r'pip install "\.\[test\]" && (.+?)\s+#', text).group(1)
     assert test_command.strip() in ci, f"`.ci/run` must run the README's test command: {test_command}"
+
+
+def test__pipeline_doc__lists_the_layers_the_layer_test_enforces():
+    from tests.test_layers import LAYERS
+
+    text = (ROOT / "docs" / "pipeline.md").read_text()
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| ")][1:]
+    documented = [(name.strip(), tuple(re.findall(r"`([\w.]+)`", units))) for name, units in rows]
+    enforced = [(name, tuple(u if u == "popjit" else u.removeprefix("popjit.") for u in units))
+                for name, units in LAYERS]
+    assert documented == enforced

@@ -11,6 +11,7 @@ from popjit.frontend.control_flow import cond, for_range, while_loop
 from popjit.graph.interpret import interpret as run_graph
 from popjit.loop.interpret import interpret as run_loop
 from popjit.pipeline import compile_graph, lower_graph, optimize_graph
+from popjit.schedule import make_target
 from tests.helpers import assert_close
 
 rng = np.random.default_rng(0)
@@ -75,7 +76,7 @@ def test__levels__same_program__agree(fn, args):
     via_graph_passes, _ = run_graph(optimized, list(args))
     program = lower_graph(optimized)
     via_loop_ir, _ = run_loop(program, list(args))
-    compiled = compile_graph(optimized).run(list(args), {})
+    compiled = compile_graph(optimized, make_target()).run(list(args), {})
     assert len(reference) == len(via_loop_ir) == len(compiled)
     for ref, a, b, c in zip(reference, via_graph_passes, via_loop_ir, compiled):
         assert_close(a, ref)
@@ -100,7 +101,7 @@ def test__levels__variables__updated_identically():
     program = lower_graph(optimize_graph(graph))
     (loop_out,), loop_vars = run_loop(program, [x], dict(start))
     buffers = {v.ref.id: v.numpy()}
-    (compiled,) = compile_graph(graph).run([x], buffers)
+    (compiled,) = compile_graph(graph, make_target()).run([x], buffers)
     assert_close(loop_out, ref)
     assert_close(compiled, ref)
     assert_close(loop_vars[v.ref.id], ref_vars[v.ref.id])

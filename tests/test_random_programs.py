@@ -19,6 +19,7 @@ import popjit.tensorflow as tf
 from popjit.graph.interpret import interpret as run_graph
 from popjit.loop.interpret import interpret as run_loop
 from popjit.pipeline import compile_graph, lower_graph, optimize_graph
+from popjit.schedule import make_target
 from tests.helpers import assert_close
 
 UNARY = {
@@ -92,6 +93,6 @@ def test__random_program__three_levels_agree(program, m, n, loop, seed):
     (reference,), _ = run_graph(graph, [x, row, col])
     optimized = optimize_graph(graph)
     (via_loop_ir,), _ = run_loop(lower_graph(optimized), [x, row, col])
-    (compiled,) = compile_graph(optimized).run([x, row, col], {})
+    (compiled,) = compile_graph(optimized, make_target()).run([x, row, col], {})
     assert_close(via_loop_ir, reference, rtol=1e-5, atol=1e-5)
     assert_close(compiled, reference, rtol=1e-4, atol=1e-5)

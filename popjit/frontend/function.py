@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from popjit import context, dtypes
-from popjit.errors import InvalidArgumentError
+from popjit.errors import InvalidArgumentError, UnimplementedError
 from popjit.frontend import nest
 from popjit.frontend.autograph import convert
 from popjit.frontend.tensor import Tensor, TensorShape
@@ -29,6 +29,7 @@ from popjit.ir.graph import Aval, Binding, Graph
 from popjit.pipeline import compile_cached
 from popjit.runtime import device as devices
 from popjit.runtime import streams
+from popjit.source import where
 
 log = logging.getLogger("popjit")
 
@@ -102,21 +103,28 @@ def _leaf_array(leaf: Any) -> np.ndarray:
 
 @dataclass
 class ConcreteFunction:
-    """One trace of a :class:`Function`: its graph and how to rebuild its outputs."""
+    """One trace of a :class:`Function`: its graph and how to rebuild its outputs.
+
+    Where it runs decides what it compiles to (:func:`popjit.runtime.device.program_target`): on an
+    IPU device (``IPUStrategy.run``, ``tf.device('/device:IPU:0')``) or with ``jit_compile=True``, an
+    IPU program with a tile schedule, memory and cycle estimates and out-of-memory checks; otherwise,
+    on the host, a host program (the same native engine, without the IPU's report or limits).
+    """
 
     graph: Graph
     out_tree: Any
     out_spec: list[tuple[str, Any]]
     name: str
+    jit_compile: bool | None = None
     executables: dict[Any, Any] = field(default_factory=dict)
 
     def executable(self, device: str) -> Any:
         """The compiled program for ``device`` (compiled on first use, then cached)."""
         ordinal = devices.ipu_ordinal(device)
-        target = devices.get_device(ordinal).target if ordinal is not None else None
+        target = devices.program_target(device, self.jit_compile)
         key = (ordinal, target)
         if key not in self.executables:
-            self.executables[key] = compile_cached(self.graph, target)
+            self.executables[key] = compile_cached(self.graph, target, on_ipu=ordinal is not None)
             if ordinal is not None:
                 devices.get_device(ordinal).compilations += 1
         return self.executables[key]
@@ -153,11 +161,11 @@ class Function:
     """A ``tf.function``-decorated Python function."""
 
     def __init__(self, python_function: Callable, input_signature: Any = None, autograph: bool = True,
-                 jit_compile: bool | None = None, name: str | None = None, **unused: Any) -> None:
+                 jit_compile: bool | None = None, name: str | None = None) -> None:
         self.python_function = python_function
         self.input_signature = input_signature
         self.autograph = autograph
-        self.jit_compile = jit_compile if jit_compile is not None else unused.get("experimental_compile")
+        self.jit_compile = jit_compile
         self.name = name or getattr(python_function, "__name__", "function")
         self._cache: dict[Any, ConcreteFunction] = {}
         self._last_keys: tuple | None = None
@@ -254,7 +262,7 @@ class Function:
                     results.append(trace.value_of(leaf))
                 else:
                     spec.append(("python", leaf))
-        return ConcreteFunction(trace.finish(results), out_tree, spec, self.name)
+        return ConcreteFunction(trace.finish(results), out_tree, spec, self.name, self.jit_compile)
 
     def get_concrete_function(self, *args: Any, **kwargs: Any) -> ConcreteFunction:
         if not args and not kwargs and self.input_signature is not None:
@@ -296,12 +304,28 @@ class Function:
 
 def function(func: Callable | None = None, input_signature: Any = None, autograph: bool = True,
              jit_compile: bool | None = None, reduce_retracing: bool = False, experimental_compile: bool | None = None,
-             **kwargs: Any) -> Any:
-    """``tf.function``: compile ``func`` (traced per input signature) into a native program."""
+             experimental_relax_shapes: bool = False, experimental_implements: str | None = None,
+             experimental_autograph_options: Any = None, experimental_follow_type_hints: bool | None = None) -> Any:
+    """``tf.function``: compile ``func`` (traced per input signature) into a native program.
+
+    ``jit_compile=True`` (or the older ``experimental_compile=True``) compiles it for the IPU even when
+    it is called on the host: an IPU program with a tile schedule, cycle and memory estimates and
+    out-of-memory checks. Without it, a call on the host compiles a host program; a call on an IPU
+    device (``IPUStrategy.run``, ``tf.device('/device:IPU:0')``) always compiles an IPU program.
+    ``reduce_retracing``/``experimental_relax_shapes`` change nothing here: every program is
+    compiled for static shapes, as XLA does on the IPU, so the results are the same either way.
+    ``experimental_implements``, ``experimental_autograph_options`` and
+    ``experimental_follow_type_hints`` are not supported and raise ``UnimplementedError`` when set.
+    """
+    for option, value in (("experimental_implements", experimental_implements),
+                          ("experimental_autograph_options", experimental_autograph_options),
+                          ("experimental_follow_type_hints", experimental_follow_type_hints)):
+        if value is not None:
+            raise UnimplementedError(f"tf.function({option}=...) is not supported by popjit; remove it.{where()}")
     if jit_compile is None:
         jit_compile = experimental_compile
 
     def wrap(f: Callable) -> Function:
-        return Function(f, input_signature, autograph, jit_compile, **kwargs)
+        return Function(f, input_signature, autograph, jit_compile)
 
     return wrap(func) if func is not None else wrap

@@ -46,7 +46,7 @@ from popjit.ipu._options import (  # noqa: F401  (re-exported: they were defined
 )
 from popjit.pipeline import cache
 from popjit.runtime import device as devices
-from popjit.schedule.target import VERSIONS, make_target
+from popjit.schedule.target import VERSIONS
 
 log = logging.getLogger("popjit")
 
@@ -400,20 +400,8 @@ def _device_counts(cfg: IPUConfig) -> tuple[int, ...]:
         if n < 1:
             raise InvalidArgumentError(f"Could not find a device with {n} IPUs: auto_select_ipus entries must be "
                                        "at least 1.")
-    _check_attachable(counts)
+    devices.device_targets(counts)  # the checks configure makes, done early so a failure changes nothing
     return tuple(counts)
-
-
-def _check_attachable(counts: list[int]) -> None:
-    """The checks ``popjit.runtime.device.configure`` makes, done early so a failure changes nothing."""
-    available = settings.get("NUM_IPUS")
-    if sum(counts) > available:
-        raise InvalidArgumentError(f"Could not attach to {sum(counts)} IPUs: the virtual system has {available} "
-                                   "(set POPJIT_NUM_IPUS to add more).")
-    for n in counts:
-        if n & (n - 1):
-            raise InvalidArgumentError(f"Could not find a device with {n} IPUs: multi-IPU devices have a "
-                                       "power-of-two number of IPUs.")
 
 
 def virtual_device_ids(num_ipus: int) -> list[tuple[int, ...]]:
@@ -477,7 +465,7 @@ def _is_active(p: SystemPlan, cfg: IPUConfig) -> bool:
     system = devices.system()
     if not devices.is_configured() or system.options is None or system.options.to_dict() != cfg.to_dict():
         return False
-    wanted = [make_target(p.version, p.tiles_per_ipu, n, p.ipu_model) for n in p.counts]
+    wanted = devices.device_targets(list(p.counts), p.version, p.tiles_per_ipu, p.ipu_model)
     return [d.target for d in system.devices] == wanted
 
 

@@ -41,7 +41,7 @@ ELEMENTWISE_KINDS = frozenset({UNARY, BINARY, ELEMENTWISE})
 
 @dataclass(frozen=True)
 class ElementCost:
-    """Per-loop cycle figures of an element-wise vertex (``spec/ipu_arch.md`` §3.2–3.3).
+    """Per-loop cycle figures of an element-wise vertex (``docs/ipu_hardware.md`` §3.2–3.3).
 
     ``cycles`` per inner loop, processing ``width`` elements; ``natural`` loops use the data-path
     vector width and pay the per-loop overhead of the 1D vertex formulas. ``assembly``: the float and

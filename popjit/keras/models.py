@@ -253,7 +253,9 @@ class Model(Layer):
         import numpy as np
 
         if self._predict_fn is None:
-            self._predict_fn = tf.function(lambda t: self(t, training=False), jit_compile=True)
+            # a model built in an IPU strategy's scope predicts with an IPU program, as on the IPU; others
+            # with a host program, as stock Keras does on the CPU
+            self._predict_fn = tf.function(lambda t: self(t, training=False), jit_compile=self._strategy is not None)
         data = np.asarray(x)
         size = batch_size or 32
         outs = [self._predict_fn(data[i:i + size]) for i in range(0, len(data), size)]

@@ -2,7 +2,7 @@
 
 Each row defines the op once: allowed dtypes, NumPy reference, the scalar Numba template used by
 generated codelets, and the per-loop cycle figures of the matching poplibs vertex
-(``spec/ipu_arch.md`` §3.2–3.3; rows marked ``# est`` have no published figure and are estimates).
+(``docs/ipu_hardware.md`` §3.2; rows marked ``# est`` have no published figure and are estimates).
 
 Scalar templates receive argument expressions already in *compute* form: float16 and float32
 values are float32, integers are integers, booleans are booleans. ``{0}``, ``{1}`` name the

@@ -23,9 +23,13 @@ _lock = threading.Lock()
 stats = {"compilations": 0, "hits": 0}
 
 
-def compile_cached(graph: Graph, target: Target | None) -> Executable:
-    """The executable for ``graph`` on ``target`` (None: the host, with no tile-memory limit)."""
-    if target is not None:  # an IPU program: refuse what the IPU cannot hold before compiling
+def compile_cached(graph: Graph, target: Target | None, on_ipu: bool = False) -> Executable:
+    """The executable for ``graph``: an IPU program for ``target``, or a host program for None.
+
+    ``on_ipu``: it will run on an IPU device, so the IPU's dtypes are checked first (a program
+    compiled for the IPU but run on the host, ``jit_compile=True`` there, may use float64 as
+    TensorFlow on a CPU does)."""
+    if on_ipu:  # refuse what the IPU cannot hold before compiling
         check_device_dtypes(graph)
     key = (graph.fingerprint(), target)
     with _lock:

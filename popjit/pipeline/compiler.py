@@ -22,7 +22,7 @@ from popjit.ir.loop import Program
 from popjit.loop import passes as loop_passes
 from popjit.loop.lower import lower
 from popjit.pipeline.executable import Executable
-from popjit.schedule import Target, make_target, schedule_program
+from popjit.schedule import Target, schedule_program
 
 GRAPH_PASSES: list[tuple[str, Callable[[Graph], Graph]]] = [
     ("verify", verify),
@@ -59,18 +59,20 @@ def lower_graph(graph: Graph) -> Program:
     return program
 
 
-def compile_graph(graph: Graph, target: Target | None = None) -> Executable:
-    """Compile a traced graph for ``target`` (default: one ipu2) into a runnable executable."""
+def compile_graph(graph: Graph, target: Target | None) -> Executable:
+    """Compile a traced graph into a runnable executable: an IPU program for ``target`` (scheduled onto
+    its tiles, with memory, cycles and out-of-memory checks), or with ``target=None`` a host program
+    (the same native engine, no IPU schedule)."""
     timer = Timer()
-    enforce_memory = target is not None  # host execution (no target) never runs out of tile memory
-    target = target or make_target()
     _dump(2, f"graph IR of {graph.name}", graph.as_text)
     graph = optimize_graph(graph)
     _dump(2, f"optimized graph IR of {graph.name}", graph.as_text)
     program = lower_graph(graph)
     _dump(3, f"loop IR of {graph.name}", program.as_text)
-    schedule = schedule_program(program, target, enforce_memory=enforce_memory)
-    _dump(4, f"tile schedule of {graph.name}", schedule.as_text)
+    schedule = None
+    if target is not None:
+        schedule = schedule_program(program, target)
+        _dump(4, f"tile schedule of {graph.name}", schedule.as_text)
     source = render_engine(program)
     _dump(5, f"codelets of {graph.name}", lambda: "\n".join(r.source for r in source.codelets.values()))
     _dump(6, f"engine of {graph.name}", lambda: source.source)

@@ -1,5 +1,8 @@
 """A compiled program: its IRs, its schedule, and the native engine that runs it.
 
+An IPU program has a tile schedule (mapping, memory, cycles); a host program (a ``tf.function`` run
+on the CPU without ``jit_compile=True``) has none: ``schedule`` is None.
+
 A program with infeeds or outfeeds exchanges data with the host around each run through a
 :class:`HostFeeds` (the runtime's feed registry, :data:`popjit.runtime.streams.FEEDS`).
 """
@@ -19,6 +22,7 @@ from popjit.errors import FailedPreconditionError
 from popjit.ir.graph import Graph
 from popjit.ir.loop import Buffer, Program
 from popjit.kernels.jit import threading_layer
+from popjit.schedule import Schedule
 
 
 def device_view(array: np.ndarray, buf: Buffer) -> np.ndarray:
@@ -55,7 +59,7 @@ class Executable:
 
     graph: Graph
     program: Program
-    schedule: Any
+    schedule: Schedule | None  # None: a host program
     engine_source: EngineSource
     engine: Any
     compile_seconds: float = 0.0
@@ -97,6 +101,11 @@ class Executable:
         if stage == "loop":
             return self.program.as_text()
         if stage == "schedule":
+            if self.schedule is None:
+                raise ValueError(
+                    f"'{self.graph.name}' is a host program (a tf.function run on the CPU without jit_compile=True): "
+                    "it has no IPU schedule. Run it with IPUStrategy.run, under tf.device('/device:IPU:0'), or "
+                    "with jit_compile=True to compile it for the IPU.")
             return self.schedule.as_text()
         if stage == "engine":
             return self.engine_source.source

@@ -90,9 +90,11 @@ def is_configured() -> bool:
     return bool(_system.devices)
 
 
-def configure(counts: list[int], version: str = "ipu2", tiles_per_ipu: int = 0, ipu_model: bool = False,
-              options: Any = None) -> list[VirtualDevice]:
-    """Attach one virtual device per entry of ``counts`` (IPUs per device)."""
+def device_targets(counts: list[int], version: str = "ipu2", tiles_per_ipu: int = 0,
+                   ipu_model: bool = False) -> list[Target]:
+    """The target of each device ``configure`` would attach (one per entry of ``counts``, IPUs per
+    device), after the checks it makes: ``InvalidArgumentError`` for more IPUs than the virtual system
+    has, or a device whose IPU count is not a power of two. Nothing changes."""
     total = sum(counts)
     available = config.get("NUM_IPUS")
     if total > available:
@@ -104,11 +106,34 @@ def configure(counts: list[int], version: str = "ipu2", tiles_per_ipu: int = 0, 
             raise InvalidArgumentError(
                 f"Could not find a device with {n} IPUs: multi-IPU devices have a power-of-two number of IPUs."
             )
+    return [make_target(version, tiles_per_ipu, n, ipu_model) for n in counts]
+
+
+def default_target(version: str = "ipu2", tiles_per_ipu: int = 0) -> Target:
+    """One IPU of ``version``: what a program compiled for the IPU estimates against when no device is attached."""
+    return make_target(version, tiles_per_ipu)
+
+
+def program_target(device: str, jit_compile: bool | None) -> Target | None:
+    """What a function called on ``device`` compiles for: an IPU device's own target; on the host, an
+    IPU when ``jit_compile`` asks for it (the first attached device's, else the default ipu2), or None:
+    a host program, with no IPU schedule, report or out-of-memory check."""
+    ordinal = ipu_ordinal(device)
+    if ordinal is not None:
+        return get_device(ordinal).target
+    if not jit_compile:
+        return None
+    return _system.devices[0].target if _system.devices else default_target()
+
+
+def configure(counts: list[int], version: str = "ipu2", tiles_per_ipu: int = 0, ipu_model: bool = False,
+              options: Any = None) -> list[VirtualDevice]:
+    """Attach one virtual device per entry of ``counts`` (IPUs per device)."""
+    targets = device_targets(counts, version, tiles_per_ipu, ipu_model)
     if _system.devices:
         log.info("Resetting existing IPU configuration before applying new configuration")
     devices, first = [], 0
-    for ordinal, n in enumerate(counts):
-        target = make_target(version, tiles_per_ipu, n, ipu_model)
+    for ordinal, (n, target) in enumerate(zip(counts, targets)):
         devices.append(VirtualDevice(ordinal, n, target, first_ipu=first))
         ipus = ", ".join(str(first + i) for i in range(n))
         log.info("Device /device:IPU:%d attached to IPU%s: %s", ordinal, "s" if n > 1 else "", ipus)

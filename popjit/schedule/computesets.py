@@ -2,8 +2,8 @@
 
 One :class:`ComputeSet` per BSP superstep. A fused element-wise kernel is ONE compute set; a
 reduction is a partials compute set plus, when partials live on other tiles than their output,
-a reduce-at-destination compute set (§4.6); a matmul is an AMP partials compute set plus a
-ReduceAdd compute set when the depth is split (§4.4); a loop-IR ``Copy`` is a Poplar ``Copy``
+a reduce-at-destination compute set (``docs/ipu_hardware.md`` §4.4); a matmul is an AMP partials compute set plus a
+ReduceAdd compute set when the depth is split (§4.1); a loop-IR ``Copy`` is a Poplar ``Copy``
 program (exchange plus on-tile copies). Per-tile figures are arrays over tiles.
 """
 
@@ -79,7 +79,7 @@ class ComputeSet:
     """One superstep: ``Execute(cs)`` or a ``Copy`` program, with arrays over tiles.
 
     ``cycles`` = (sync + exchange-in, if any) + sync + slowest tile's compute
-    (+ exchange-out + sync if results are sent elsewhere), §2.9.
+    (+ exchange-out + sync if results are sent elsewhere), §2.2.
     """
 
     name: str
@@ -256,7 +256,7 @@ class Builder:
         return operand_layout(plan, which, groups, mm.ta if which == "a" else mm.tb)
 
     def allocate_for_matmul(self, buf: Buffer, mm: MatMul) -> None:
-        """``createMatMulInputLHS/RHS``: lay an input out as the matmul's plan wants (§4.7)."""
+        """``createMatMulInputLHS/RHS``: lay an input out as the matmul's plan wants (§4.2)."""
         which = "a" if buf is mm.a else "b"
         layout = self.operand_layout(mm, which)
         if layout.groups * layout.rows * layout.cols == buf.size:
@@ -277,7 +277,7 @@ class Builder:
 
     def _output_mapping(self, k: Kernel) -> TileMapping:
         """Element-wise outputs clone the best-mapped same-size input read at the store's own
-        index (§4.5); otherwise a new linear mapping."""
+        index (§2.3); otherwise a new linear mapping."""
         out = k.stores[0]
         if not self.mapped(out.buf):
             same = [ld for ld in _loads(k) if ld.buf.size == out.buf.size and ld.index == out.index]
@@ -408,7 +408,7 @@ class Builder:
 
     def _elementwise_vertices(self, ops: list[OpUse], elements: np.ndarray, regions: np.ndarray, nv: np.ndarray,
                               fields: int) -> tuple[dict, dict, np.ndarray, np.ndarray]:
-        """Per tile: one MultiVertex for one contiguous region, else up to 6 worker vertices (§4.5)."""
+        """Per tile: one MultiVertex for one contiguous region, else up to 6 worker vertices (§3.3)."""
         W = self.target.workers
         busy = elements > 0
         one = busy & (regions <= 1)
@@ -432,7 +432,7 @@ class Builder:
 
     # -- reductions ----------------------------------------------------------------------------
     def _reduction(self, k: Kernel) -> list[ComputeSet]:
-        """Partials on the tiles holding the input, then reduce at the output's tiles (§4.6)."""
+        """Partials on the tiles holding the input, then reduce at the output's tiles (§4.4)."""
         T, W = self.target.tiles, self.target.workers
         red = k.reduce
         assert red is not None
@@ -478,7 +478,7 @@ class Builder:
                      out_map: TileMapping | None) -> ComputeSet | None:
         """The reduce-at-destination stage, or None when every output's partials are already on its
         tile. A new output is placed where its partials are if they are on one tile; otherwise
-        linearly or spread one element per tile, whichever the estimate says is cheaper (§3.8)."""
+        linearly or spread one element per tile, whichever the estimate says is cheaper (§4.4)."""
         store = k.stores[0]
         if out_map is not None:
             return self._stage2(k, partials, pbytes, fam, out_map)
@@ -585,7 +585,7 @@ class Builder:
         return [cs1, cs2]
 
     def _operand_exchange(self, buf: Buffer, need: Blocked) -> Exchange:
-        """Bytes each plan tile receives of the operand block it multiplies (§4.4)."""
+        """Bytes each plan tile receives of the operand block it multiplies (§4.2)."""
         return block_exchange(self.mappings[buf.uid], need, buf.dtype.size)
 
     def _result_exchange(self, out: Buffer, layout: Blocked) -> Exchange | None:

@@ -1,4 +1,4 @@
-"""Cycle and memory estimators of the vertices popjit places on tiles (``spec/ipu_arch.md`` §3).
+"""Cycle and memory estimators of the vertices popjit places on tiles (``docs/ipu_hardware.md`` §3).
 
 Formulas marked [V] are poplibs' own estimators as the spec quotes them; [D] ones are derived
 from those; [U] figures are estimates of ours (no published number) and are tunable here.
@@ -6,7 +6,7 @@ from those; [U] figures are estimates of ours (no published number) and are tuna
 Every estimator works on NumPy arrays (one entry per tile), so a compute set over 1472 tiles
 is a handful of array operations. Vertex cycles follow poplibs: a MultiVertex/Supervisor
 estimate is ``workers x worker cycles + supervisor overhead`` (tile cycles), a worker vertex's
-estimate is thread cycles and a tile's time is ``workers x`` its slowest worker (§2.5).
+estimate is thread cycles and a tile's time is ``workers x`` its slowest worker (§2.1).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class OpUse:
     cast_to: str = ""  # for cast: the output family
 
     def loop(self, n: Array) -> Array:
-        """Thread cycles of this op's inner loop over ``n`` elements (§3.2/§3.3).
+        """Thread cycles of this op's inner loop over ``n`` elements (§3.2).
 
         Natural-width loops pay the per-loop overhead: +2 for float/half ADD/SUB/MUL (assembly
         codelets), +5 for other binary ops, +4 for unary ops (+1/+4 for scalar broadcasts).
@@ -148,7 +148,7 @@ def elementwise_2d_cycles(ops: list[OpUse], elements: Array, regions: Array, ver
 
     Each vertex gets ``ceil(elements / vertices)`` elements in ``ceil(regions / vertices)``
     regions; every extra region costs one more (rounded-up) loop of each op. The tile takes
-    ``workers x`` its slowest vertex (§2.5). BinaryOp2D entry 5, UnaryOp2D 20, Cast2D
+    ``workers x`` its slowest vertex (§2.1). BinaryOp2D entry 5, UnaryOp2D 20, Cast2D
     ``5 + 11 per region``.
     """
     v = np.maximum(vertices, 1)
@@ -173,7 +173,7 @@ def fill_cycles(dtype: DType, n: Array) -> Array:
 
 
 def binary_op_1d(n: Array, op: str = "add", dtype: DType = dtypes.float32, workers: int = 6) -> Array:
-    """``popops::BinaryOp1D<op, dtype>`` over ``n`` elements on one tile (§3.2 worked example:
+    """``popops::BinaryOp1D<op, dtype>`` over ``n`` elements on one tile (§3.3 worked example:
     float ADD of 1000 elements = 1,697 cycles)."""
     use = OpUse(op, BINARY, family(dtype), get(op).cost or DEFAULT_COST)
     return elementwise_1d_cycles([use], np.asarray(n), workers)
@@ -266,7 +266,7 @@ def copy_cycles(local_bytes: Array, memcpy_bytes_per_cycle: int = 8) -> Array:
 
 
 # ----------------------------------------------------------------------------------------------
-# Memory figures [U] (Graphcore publishes categories, not sizes; sanity data point §2.10: a
+# Memory figures [U] (Graphcore publishes categories, not sizes; sanity data point §3.8: a
 # Dense(4096→1024) layer has ≈2.4 KB vertex code and ≈250 B exchange code per tile)
 
 #: Code bytes of one codelet type on a tile (counted once per tile that uses it) [U].

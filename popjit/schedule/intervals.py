@@ -142,7 +142,7 @@ class Exchange:
         return bool(self.bytes_in.any() or self.bytes_out.any())
 
     def cycles(self, bytes_per_cycle: int) -> int:
-        """The phase's length: the busiest tile's ``max(sent, received) / rate`` (§2.9, §3.8)."""
+        """The phase's length: the busiest tile's ``max(sent, received) / rate`` (``docs/ipu_hardware.md`` §2.2)."""
         busiest = np.maximum(self.bytes_in, self.bytes_out).max(initial=0)
         return int(-(-int(busiest) * 16 // (bytes_per_cycle * 16)))
 

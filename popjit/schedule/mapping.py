@@ -1,4 +1,4 @@
-"""Tile mappings: which tile holds each element of a flat tensor (``spec/ipu_arch.md`` §2.3, §4.7).
+"""Tile mappings: which tile holds each element of a flat tensor (``docs/ipu_hardware.md`` §2.3).
 
 A :class:`TileMapping` is a list of element intervals in element order, each on one tile, stored
 as two arrays (``starts`` with one more entry than ``tiles``), so a tensor of any size costs as
@@ -79,7 +79,7 @@ class TileMapping:
         return np.repeat(self.tiles.astype(small), self.lengths)
 
     def rank(self) -> tuple[int, int, int]:
-        """Poplar's ranking of candidate layouts for an element-wise output (§4.5): the smallest
+        """Poplar's ranking of candidate layouts for an element-wise output (§2.3): the smallest
         maximum elements per tile, then the most tiles, then the fewest regions."""
         return (self.max_elements_per_tile, -self.tiles_used, int(self.regions_per_tile.sum()))
 

@@ -1,10 +1,10 @@
-"""The matmul planner (``spec/ipu_arch.md`` §4.1–4.4, simplified as §4.4 recommends).
+"""The matmul planner (``docs/ipu_hardware.md`` §4.1–4.3).
 
 A batched matmul ``[G, M, K] @ [G, K, N]`` is split over tiles as ``bG x bM x bN x bK`` blocks:
 tile ``(g, i, j, l)`` computes the partial product of row block ``i``, column block ``j`` and
 depth block ``l`` with one ``ConvPartial1x1Out`` AMP vertex; when ``bK > 1`` a second compute
 set reduces the ``bK`` partials (``ReduceAdd``). Grains: rows 1, columns = AMP conv units, depth
-= AMP input channels (§4.4). Every candidate split is costed at once with NumPy:
+= AMP input channels (§4.1). Every candidate split is costed at once with NumPy:
 
     cycles = sync + exchange(operands) + sync + AMP
              [+ sync + exchange(partials) + sync + ReduceAdd]        (bK > 1)

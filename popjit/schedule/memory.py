@@ -1,5 +1,5 @@
 """Per-tile memory: always-live categories, liveness of temporaries over the program steps, peak,
-and the out-of-memory report (``spec/ipu_arch.md`` §2.10–2.11, §6).
+and the out-of-memory report (``docs/ipu_hardware.md`` §2.5–2.6, §3.8).
 
 Always live: variables, constants, vertex code (once per codelet per tile), vertex state, copy
 descriptors, internal exchange code (per exchange phase) and control code. Not always live:
@@ -8,7 +8,7 @@ temporaries (first to last use) and each step's exchange buffers and partials. A
 loop and outside it, or read in the loop before it is written there (carried), stays live for
 the whole loop [U: ordinary liveness, as Poplar's is not published]. Both branches of an ``If``
 are laid out one after the other, so a tensor used in only one branch is live only there.
-``peak[t] = always_live[t] + max over steps of not_always_live[t, step]`` (§2.11; no gaps).
+``peak[t] = always_live[t] + max over steps of not_always_live[t, step]`` (§2.5; no gaps).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A Poplar-like program tree (``spec/ipu_arch.md`` §2.7) with cycle totals.
+"""A Poplar-like program tree (``docs/ipu_hardware.md`` §2.4) with cycle totals.
 
 ``Sequence`` runs its children in order; ``Execute`` runs a compute set (``Copy`` programs are
 steps too); ``Repeat`` multiplies its body; ``RepeatWhile`` costs ``cond + n x (body + cond +

@@ -1,4 +1,4 @@
-"""The virtual IPU: hardware figures of ipu1 (GC2) and ipu2 (GC200), ``spec/ipu_arch.md`` §0.
+"""The virtual IPU: hardware figures of ipu1 (GC2) and ipu2 (GC200), ``docs/ipu_hardware.md`` §1.
 
 Figures tagged [V] in the spec are facts; the ones marked ``[U]`` below are tunable estimates
 (Graphcore never published them): exchange rate, sync delays, atomic store granularity, memcpy

@@ -41,14 +41,14 @@ def test__codelet_source__depends_on_structure():
 
 def test__new_shape__reuses_machine_code():
     first = compile_graph(tf.function(chain).get_concrete_function(np.ones((5, 7), np.float32),
-                                                                     np.ones(7, np.float32)).graph)
+                                                                     np.ones(7, np.float32)).graph, None)
     x, y = np.random.rand(5, 7).astype(np.float32), np.random.rand(7).astype(np.float32)
     first.run([x, y], {})
     (rendered,) = first.engine_source.codelets.values()
     fn = load_codelet(rendered)
     before = compiled_signatures(fn)
     second = compile_graph(tf.function(chain).get_concrete_function(np.ones((9, 4), np.float32),
-                                                                      np.ones(4, np.float32)).graph)
+                                                                      np.ones(4, np.float32)).graph, None)
     x2, y2 = np.random.rand(9, 4).astype(np.float32), np.random.rand(4).astype(np.float32)
     (out,) = second.run([x2, y2], {})
     assert second.engine is first.engine, "same engine function for a new shape"

@@ -437,6 +437,7 @@ def test__levels__movement_gather_random__agree() -> None:
     from popjit.graph.interpret import interpret as run_graph
     from popjit.loop.interpret import interpret as run_loop
     from popjit.pipeline import compile_graph, lower_graph, optimize_graph
+    from popjit.schedule import make_target
 
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
     i = np.array([3, 0, 7], np.int32)
@@ -444,7 +445,7 @@ def test__levels__movement_gather_random__agree() -> None:
     reference, _ = run_graph(graph, [x, i])
     optimized = optimize_graph(graph)
     via_loop, _ = run_loop(lower_graph(optimized), [x, i])
-    compiled = compile_graph(optimized).run([x, i], {})
+    compiled = compile_graph(optimized, make_target()).run([x, i], {})
     eager = [t.numpy() for t in _mixed_program(tf.constant(x), tf.constant(i))]
     for ref, a, b, c in zip(reference, via_loop, compiled, eager):
         np.testing.assert_allclose(a, ref, rtol=1e-6)

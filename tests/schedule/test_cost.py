@@ -1,4 +1,4 @@
-"""Cycle estimators: the worked examples of ipu_arch §3 and their use in compute sets."""
+"""Cycle estimators: the worked examples of docs/ipu_hardware.md §3 and their use in compute sets."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def test__fused_chain__costs_less_than_its_ops_one_by_one():
 
 
 def test__conv_partial_illustration__hh16_96_rows_is_679_cycles():
-    # ipu_arch §3.6: worker 37 + 13 x 4 - 7 = 82 -> 6 x 82 + 14 = 506 inner; outer 50 + 42 + 13 + 11
+    # docs/ipu_hardware.md §3.6: worker 37 + 13 x 4 - 7 = 82 -> 6 x 82 + 14 = 506 inner; outer 50 + 42 + 13 + 11
     # + 18 + 7 + 32 (loads) + 506
     got = cost.conv_partial_cycles(96, 1, 1, 1, True, conv_units=16, in_chans=16)
     assert int(got) == 50 + 42 + 13 + 11 + 18 + 7 + 32 + 506

@@ -1,4 +1,4 @@
-"""Tile mapping by Poplar's rules: the worked examples of ipu_arch §2.3, rotation, following inputs."""
+"""Tile mapping by Poplar's rules: the worked examples of docs/ipu_hardware.md §2.3, rotation, following inputs."""
 
 from __future__ import annotations
 
