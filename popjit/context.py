@@ -16,8 +16,6 @@ from typing import Any, Protocol
 
 from popjit.runtime.device import CPU, canonical
 
-_state = threading.local()
-
 
 class Strategy(Protocol):
     """What the layers below ``ipu`` may ask of the active distribution strategy."""
@@ -41,12 +39,34 @@ class Strategy(Protocol):
         ...
 
 
-def _stack(name: str) -> list[Any]:
-    stack = getattr(_state, name, None)
-    if stack is None:
-        stack = []
-        setattr(_state, name, stack)
-    return stack
+class ScopeStacks(threading.local):
+    """Named stacks of scope values, one set per thread: what the enclosing ``with`` blocks pushed,
+    innermost last."""
+
+    def __init__(self) -> None:
+        self._stacks: dict[str, list[Any]] = {}
+
+    def items(self, name: str) -> list[Any]:
+        """The stack ``name`` of this thread, outermost first."""
+        return self._stacks.setdefault(name, [])
+
+    def top(self, name: str, default: Any = None) -> Any:
+        """The innermost value of stack ``name``, or ``default`` outside any scope."""
+        stack = self.items(name)
+        return stack[-1] if stack else default
+
+    @contextlib.contextmanager
+    def pushed(self, name: str, value: Any) -> Iterator[None]:
+        """``value`` is on top of stack ``name`` for the body."""
+        stack = self.items(name)
+        stack.append(value)
+        try:
+            yield
+        finally:
+            stack.pop()
+
+
+_scopes = ScopeStacks()
 
 
 # -- devices -----------------------------------------------------------------------------------------
@@ -54,19 +74,12 @@ def _stack(name: str) -> list[Any]:
 
 def current_device() -> str:
     """The canonical name of the innermost device scope on this thread (the host CPU outside any)."""
-    stack = _stack("devices")
-    return stack[-1] if stack else CPU
+    return _scopes.top("devices", CPU)
 
 
-@contextlib.contextmanager
-def device_scope(name: str | None) -> Iterator[None]:
+def device_scope(name: str | None) -> contextlib.AbstractContextManager[None]:
     """Run the body on device ``name`` (``None``: stay on the current device)."""
-    stack = _stack("devices")
-    stack.append(canonical(name) if name else current_device())
-    try:
-        yield
-    finally:
-        stack.pop()
+    return _scopes.pushed("devices", canonical(name) if name else current_device())
 
 
 # -- strategies --------------------------------------------------------------------------------------
@@ -74,19 +87,12 @@ def device_scope(name: str | None) -> Iterator[None]:
 
 def current_strategy() -> Strategy | None:
     """The strategy of the innermost ``strategy.scope()`` on this thread, if any."""
-    stack = _stack("strategies")
-    return stack[-1] if stack else None
+    return _scopes.top("strategies")
 
 
-@contextlib.contextmanager
-def strategy_scope(strategy: Strategy) -> Iterator[None]:
+def strategy_scope(strategy: Strategy) -> contextlib.AbstractContextManager[None]:
     """Make ``strategy`` the current one for the body."""
-    stack = _stack("strategies")
-    stack.append(strategy)
-    try:
-        yield
-    finally:
-        stack.pop()
+    return _scopes.pushed("strategies", strategy)
 
 
 def variable_device() -> str:

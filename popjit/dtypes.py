@@ -139,6 +139,28 @@ def dtype_of_python_value(x: Any) -> DType:
     raise TypeError(f"Cannot infer a dtype from {type(x).__name__}")
 
 
+class Shaped:
+    """Something with a static ``shape`` and a ``dtype`` (an abstract value, a buffer): its sizes."""
+
+    __slots__ = ()
+    shape: tuple[int, ...]
+    dtype: DType
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the elements."""
+        return self.size * self.dtype.size
+
+    def type_text(self) -> str:
+        """``f32[3,4]``."""
+        return f"{self.dtype.short}[{','.join(map(str, self.shape))}]"
+
+
 def is_device_dtype(dtype: DType) -> bool:
     """Whether compiled (virtual IPU) code may hold this dtype."""
     return dtype in DEVICE

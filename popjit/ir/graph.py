@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from popjit.dtypes import DType
+from popjit.dtypes import DType, Shaped
 from popjit.source import SourceLoc
 
 
 @dataclass(frozen=True)
-class Aval:
+class Aval(Shaped):
     """An abstract value: a static shape and a dtype."""
 
     shape: tuple[int, ...]
@@ -36,16 +36,8 @@ class Aval:
     def ndim(self) -> int:
         return len(self.shape)
 
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.size
-
     def __str__(self) -> str:
-        return f"{self.dtype.short}[{','.join(map(str, self.shape))}]"
+        return self.type_text()
 
 
 _value_ids = itertools.count()

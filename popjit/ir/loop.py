@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from popjit.dtypes import DType
+from popjit.dtypes import DType, Shaped
 
 # ----------------------------------------------------------------------------------------------
 # Buffers
@@ -33,7 +33,7 @@ from popjit.dtypes import DType
 _buffer_ids = itertools.count()
 
 
-class Buffer:
+class Buffer(Shaped):
     """A flat array in device memory.
 
     kind: ``arg`` (a function argument), ``var`` (a variable's storage), ``const`` (a constant
@@ -55,16 +55,8 @@ class Buffer:
         self.binding = binding
         self.uid = next(_buffer_ids)
 
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.size
-
     def __repr__(self) -> str:
-        return f"{self.name}:{self.dtype.short}[{','.join(map(str, self.shape))}]"
+        return f"{self.name}:{self.type_text()}"
 
 
 # ----------------------------------------------------------------------------------------------

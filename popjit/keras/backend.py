@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,7 +24,7 @@ from popjit.frontend.tracing import tracing
 _FLOATX = "float32"
 _EPSILON = 1e-7
 _IMAGE_DATA_FORMAT = "channels_last"
-_state = threading.local()
+_scopes = context.ScopeStacks()
 _NAME_UIDS: dict[str, int] = {}
 
 
@@ -175,51 +174,27 @@ def make_variable(value: np.ndarray, name: str, trainable: bool, strategy: Any =
 
 
 # -- the training flag and name scopes of nested calls ----------------------------------------------
-def _stack(name: str) -> list[Any]:
-    stack = getattr(_state, name, None)
-    if stack is None:
-        stack = []
-        setattr(_state, name, stack)
-    return stack
-
-
 def current_training() -> Any:
     """The ``training`` value of the innermost layer call that set one (None outside any)."""
-    for value in reversed(_stack("training")):
+    for value in reversed(_scopes.items("training")):
         if value is not None:
             return value
     return None
 
 
-@contextlib.contextmanager
-def call_context(training: Any) -> Iterator[None]:
+def call_context(training: Any) -> contextlib.AbstractContextManager[None]:
     """Layers called inside see ``training`` unless they are given their own."""
-    stack = _stack("training")
-    stack.append(training)
-    try:
-        yield
-    finally:
-        stack.pop()
+    return _scopes.pushed("training", training)
 
 
 def name_scope_prefix() -> str:
     """The enclosing layers' names joined by '/', with a trailing '/' ('' at top level)."""
-    parts = _stack("names")
-    return "".join(p + "/" for p in parts)
+    return "".join(p + "/" for p in _scopes.items("names"))
 
 
-@contextlib.contextmanager
-def name_scope(name: str | None) -> Iterator[None]:
+def name_scope(name: str | None) -> contextlib.AbstractContextManager[None]:
     """Weights created inside are named ``<name>/<layer>/<weight>``."""
-    if not name:
-        yield
-        return
-    stack = _stack("names")
-    stack.append(name)
-    try:
-        yield
-    finally:
-        stack.pop()
+    return _scopes.pushed("names", name) if name else contextlib.nullcontext()
 
 
 # -- Keras-style helpers other modules use ------------------------------------------------------------
