@@ -7,7 +7,8 @@ the user's code, and what to do.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 OK = 0
 CANCELLED = 1
@@ -88,3 +89,15 @@ def missing_api(module: str, name: str) -> UnimplementedAPIError:
         f"{module}.{name} is not implemented by popjit. See docs/reference.md for the supported API; "
         "if your program needs it, please open an issue naming the op and a small example."
     )
+
+
+def missing_attributes(module: str) -> Callable[[str], NoReturn]:
+    """A module-level ``__getattr__`` for the TensorFlow or Graphcore namespace ``module`` (as users
+    write it, e.g. ``"tf.nn"``): a name popjit lacks is :func:`missing_api`'s error."""
+
+    def module_getattr(name: str) -> NoReturn:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise missing_api(module, name)
+
+    return module_getattr

@@ -174,3 +174,37 @@ def test__out_of_memory_under_ipu_model__warns_at_the_users_line_and_runs(fresh_
         out = strategy.run(f, args=(x,))
     assert record[0].filename.endswith(THIS_FILE)
     np.testing.assert_allclose(out.numpy()[:2, :2], np.tanh(0.5) * 2.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("namespace, name", [
+    ("tf.nn", "conv2d"), ("tf.math", "top_k"), ("tf.linalg", "inv"), ("tf.random", "shuffle"),
+    ("tf.bitwise", "left_shift"), ("tf.nest", "is_nested"), ("tf.dtypes", "complex64"), ("tf.errors", "no_error"),
+    ("tf.autograph", "set_verbosity"), ("tf.autograph.experimental", "set_loop_options"),
+    ("tf.data.experimental", "sample_from_datasets"), ("ipu", "pipelining_ops"), ("ipu.utils", "no_such_helper"),
+    ("ipu.loops", "no_such_loop"), ("ipu.config", "NoSuchOption"), ("ipu.scopes", "no_such_scope"),
+])
+def test__a_missing_name_in_any_namespace__is_unimplemented_naming_it(namespace, name):
+    from popjit import ipu
+
+    module = eval(namespace, {"tf": tf, "ipu": ipu})
+    with pytest.raises(errors.UnimplementedAPIError, match=rf"{namespace}\.{name} is not implemented by popjit"):
+        getattr(module, name)
+    assert not hasattr(module, name), "still an AttributeError for hasattr and getattr with a default"
+
+
+def test__a_device_of_several_ipus__is_refused_not_run_as_one_replica(fresh_ipu_system):
+    from popjit import ipu
+
+    fresh_ipu_system.configure([2])
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    with strategy.scope():
+        v = tf.Variable(np.ones(3, np.float32))
+        step = tf.function(lambda: v.assign_add(np.ones(3, np.float32)), jit_compile=True)
+        with pytest.raises(errors.UnimplementedError) as e:
+            strategy.run(step)
+    msg = str(e.value)
+    assert "/device:IPU:0 has 2 IPUs" in msg and "replicas" in msg and "auto_select_ipus = 1" in msg
+    here = test__a_device_of_several_ipus__is_refused_not_run_as_one_replica
+    assert f"line {_line_of(here, 'strategy.run(step)')}" in msg
+    np.testing.assert_array_equal(v.numpy(), np.ones(3, np.float32))  # the variable is untouched
+    assert fresh_ipu_system.get_device(0).executions == 0

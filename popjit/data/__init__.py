@@ -19,13 +19,12 @@ The infeed API (:mod:`popjit.data.iterator`): ``it = iter(dataset)`` (or
   :func:`set_trace_hook` (the infeed's).
 """
 
+from popjit.data.core import AUTOTUNE
 from popjit.data.core import INFINITE as INFINITE_CARDINALITY
 from popjit.data.core import UNKNOWN as UNKNOWN_CARDINALITY
 from popjit.data.dataset import Dataset
 from popjit.data.iterator import EndOfSequence, HostIterator, set_trace_hook
 from popjit.data.options import Options
-
-AUTOTUNE = -1
 
 __all__ = ["AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "Dataset", "EndOfSequence", "HostIterator",
            "Options", "set_trace_hook"]

@@ -19,6 +19,7 @@ from popjit.data.structure import Chunk, chunk_len, chunk_slice, concat_chunks, 
 
 INFINITE = -1
 UNKNOWN = -2
+AUTOTUNE = -1  # tf.data.AUTOTUNE: let the runtime choose (popjit prefetches what an execution needs)
 
 
 class ChunkIter:

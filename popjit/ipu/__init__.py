@@ -12,10 +12,14 @@ import importlib
 import importlib.util
 from types import ModuleType
 
+from popjit.errors import UnimplementedAPIError, missing_api
 from popjit.ipu import config, ipu_strategy, scopes, utils  # noqa: F401
 
 
 def __getattr__(name: str) -> ModuleType:
     if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
         return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module 'ipu' has no attribute '{name}'")
+    if name.startswith("__"):
+        raise AttributeError(name)
+    # e.g. ipu.pipelining_ops: Graphcore's module, not popjit's yet (or a misspelt name)
+    raise UnimplementedAPIError(f"module 'ipu' has no attribute '{name}': {missing_api('ipu', name)}")

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from popjit import config as settings
-from popjit.errors import FailedPreconditionError, InvalidArgumentError
+from popjit.errors import FailedPreconditionError, InvalidArgumentError, missing_attributes
 from popjit.flags import poplar_flags
 from popjit.ipu._options import (  # noqa: F401  (re-exported: they were defined here, as in Graphcore's module)
     NO_DESCRIPTION,
@@ -538,3 +538,5 @@ __all__ = [
     "get_ipu_config",
     "reset_ipu_configuration",
 ]
+
+__getattr__ = missing_attributes("ipu.config")

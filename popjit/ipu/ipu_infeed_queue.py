@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from popjit import dtypes
-from popjit.errors import FailedPreconditionError, OutOfRangeError
+from popjit.errors import FailedPreconditionError, OutOfRangeError, missing_attributes
 from popjit.frontend import nest
 from popjit.frontend.tensor import Tensor, TensorShape
 from popjit.frontend.tracing import current_trace
@@ -149,3 +149,5 @@ class IPUOwnedIterator(IPUInfeedQueue):
 
 
 IPUIterator = IPUOwnedIterator
+
+__getattr__ = missing_attributes("ipu.ipu_infeed_queue")

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from popjit.errors import FailedPreconditionError
+from popjit.errors import FailedPreconditionError, missing_attributes
 from popjit.frontend import nest
 from popjit.frontend.convert import convert_to_tensor
 from popjit.frontend.tracing import current_trace
@@ -131,3 +131,5 @@ class ScopedIPUOutfeedQueue(IPUOutfeedQueue):
 
     def __exit__(self, *exc: Any) -> None:
         self._deleted = True
+
+__getattr__ = missing_attributes("ipu.ipu_outfeed_queue")

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from popjit import context, dtypes
+from popjit.errors import missing_attributes
 from popjit.frontend import math_ops, nest
 from popjit.frontend.autograph import convert
 from popjit.frontend.device import device
@@ -203,3 +204,5 @@ def _check_dtypes(items: list[Any], what: str) -> None:
         dt = _dtype_of(x)
         if dt is not None and dt == dtypes.float64:
             raise TypeError(f"Unsupported data type for {what}: float64")
+
+__getattr__ = missing_attributes("ipu.ipu_strategy")

@@ -12,6 +12,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from popjit.errors import missing_attributes
 from popjit.frontend.control_flow import for_range
 from popjit.frontend.control_flow import while_loop as _while_loop
 from popjit.frontend.convert import convert_to_tensor
@@ -95,3 +96,5 @@ def while_loop(condition: Callable[..., Any], body: Callable[..., Any], inputs: 
     out = _while_loop(lambda *c: condition(*c[len(dummy):]), step, dummy + inputs,
                       maximum_iterations=maximum_iterations)
     return _result(list(out)[len(dummy):])
+
+__getattr__ = missing_attributes("ipu.loops")

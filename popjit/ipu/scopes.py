@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
-from popjit.errors import UnimplementedError
+from popjit.errors import UnimplementedError, missing_attributes
 from popjit.frontend.device import device as tf_device
 from popjit.runtime.device import canonical
 
@@ -59,3 +59,5 @@ def stochastic_rounding(override: bool) -> NoReturn:
 def partials_type(override_type: Any) -> NoReturn:
     """The type of the partial sums of matmuls and convolutions inside (not implemented yet)."""
     _unimplemented("partials_type", "per-operation partials type")
+
+__getattr__ = missing_attributes("ipu.scopes")

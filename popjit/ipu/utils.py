@@ -19,6 +19,7 @@ import enum
 import logging
 from typing import Any
 
+from popjit.errors import missing_attributes
 from popjit.flags import poplar_flags
 from popjit.ipu.config import (  # noqa: F401  (re-exported, as Graphcore's ipu.utils does)
     DeviceConnectionType,
@@ -312,3 +313,5 @@ def set_experimental_multi_replica_distribution_options(opts: IPUConfig, process
     _check_opts(opts).experimental.multi_replica_distribution.process_count = process_count
     opts.experimental.multi_replica_distribution.process_index = process_index
     return opts
+
+__getattr__ = missing_attributes("ipu.utils")

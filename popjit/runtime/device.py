@@ -11,13 +11,14 @@ import functools
 import logging
 import re
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from popjit import config
-from popjit.errors import InvalidArgumentError
+from popjit.errors import InvalidArgumentError, UnimplementedError
 from popjit.flags import poplar_flags
 from popjit.schedule.target import Target, make_target
+from popjit.source import where
 
 log = logging.getLogger("popjit")
 
@@ -115,15 +116,24 @@ def default_target(version: str = "ipu2", tiles_per_ipu: int = 0) -> Target:
 
 
 def program_target(device: str, jit_compile: bool | None) -> Target | None:
-    """What a function called on ``device`` compiles for: an IPU device's own target; on the host, an
-    IPU when ``jit_compile`` asks for it (the first attached device's, else the default ipu2), or None:
-    a host program, with no IPU schedule, report or out-of-memory check."""
+    """What a function called on ``device`` compiles for: an IPU device's own target; on the host, one
+    IPU when ``jit_compile`` asks for it (of the first attached device's kind, else the default ipu2),
+    or None: a host program, with no IPU schedule, report or out-of-memory check.
+
+    A device of several IPUs is refused: Graphcore's system would run a one-IPU program on it as
+    that many replicas, which popjit does not do yet (running one copy would be a wrong answer)."""
     ordinal = ipu_ordinal(device)
     if ordinal is not None:
-        return get_device(ordinal).target
+        dev = get_device(ordinal)
+        if dev.num_ipus > 1:
+            raise UnimplementedError(
+                f"{dev.name} has {dev.num_ipus} IPUs: Graphcore's system runs a program on it as {dev.num_ipus} "
+                "replicas, and popjit does not replicate programs yet. Attach one-IPU devices instead "
+                f"(cfg.auto_select_ipus = 1, or [1, 1] for two separate devices).{where()}")
+        return dev.target
     if not jit_compile:
         return None
-    return _system.devices[0].target if _system.devices else default_target()
+    return replace(_system.devices[0].target, num_ipus=1) if _system.devices else default_target()
 
 
 def configure(counts: list[int], version: str = "ipu2", tiles_per_ipu: int = 0, ipu_model: bool = False,

@@ -6,7 +6,7 @@ module ``tensorflow`` resolves here. A name TensorFlow has and popjit lacks rais
 ``UnimplementedError`` naming it.
 """
 
-from popjit.errors import missing_api as _missing_api
+from popjit.errors import missing_attributes as _missing_attributes
 from popjit.frontend.api import *  # noqa: F403
 from popjit.frontend.api import executing_eagerly, get_static_value, newaxis, range  # noqa: F401
 from popjit.tensorflow import (  # noqa: F401
@@ -26,8 +26,4 @@ from popjit.tensorflow import (  # noqa: F401
 
 __version__ = "2.6.3"  # the TensorFlow version whose API popjit follows (Graphcore SDK 3.x)
 
-
-def __getattr__(name: str) -> None:
-    if name.startswith("__"):
-        raise AttributeError(name)
-    raise _missing_api("tf", name)
+__getattr__ = _missing_attributes("tf")

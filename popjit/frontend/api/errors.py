@@ -1,5 +1,6 @@
 """``tf.errors``: the exception classes and their error codes."""
 
+from popjit import errors as _errors
 from popjit.errors import (  # noqa: F401
     ABORTED,
     ALREADY_EXISTS,
@@ -36,3 +37,5 @@ from popjit.errors import (  # noqa: F401
     UnimplementedError,
     UnknownError,
 )
+
+__getattr__ = _errors.missing_attributes("tf.errors")

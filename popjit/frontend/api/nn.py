@@ -1,5 +1,6 @@
 """``tf.nn``."""
 
+from popjit.errors import missing_attributes as _missing_attributes
 from popjit.frontend.math_ops import (  # noqa: F401
     elu,
     gelu,
@@ -16,3 +17,5 @@ from popjit.frontend.nn_ops import (  # noqa: F401
     softmax_cross_entropy_with_logits,
     sparse_softmax_cross_entropy_with_logits,
 )
+
+__getattr__ = _missing_attributes("tf.nn")

@@ -1,5 +1,6 @@
 """``tf.random``: seeded and stateless random tensors (see :mod:`popjit.frontend.random_ops`)."""
 
+from popjit.errors import missing_attributes as _missing_attributes
 from popjit.frontend.random_ops import (  # noqa: F401
     get_global_seed,
     normal,
@@ -10,3 +11,5 @@ from popjit.frontend.random_ops import (  # noqa: F401
     truncated_normal,
     uniform,
 )
+
+__getattr__ = _missing_attributes("tf.random")

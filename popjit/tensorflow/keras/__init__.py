@@ -1,6 +1,6 @@
 """``tf.keras``: Keras's namespace over :mod:`popjit.keras`."""
 
-from popjit.errors import missing_api
+from popjit.errors import missing_attributes
 from popjit.keras.keras_tensor import Input  # noqa: F401
 from popjit.keras.models import Model, Sequential  # noqa: F401
 from popjit.tensorflow.keras import (  # noqa: F401
@@ -17,8 +17,4 @@ from popjit.tensorflow.keras import (  # noqa: F401
 __version__ = "2.6.0"
 
 
-def __getattr__(name: str) -> None:
-    if name.startswith("__"):
-        raise AttributeError(name)
-
-    raise missing_api("tf.keras", name)
+__getattr__ = missing_attributes("tf.keras")

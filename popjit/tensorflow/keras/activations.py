@@ -1,5 +1,6 @@
 """``tf.keras.activations``."""
 
+from popjit.errors import missing_attributes
 from popjit.keras.activations import (  # noqa: F401
     deserialize,
     elu,
@@ -22,6 +23,5 @@ from popjit.keras.activations import (  # noqa: F401
     swish,
     tanh,
 )
-from popjit.tensorflow.keras._missing import missing
 
-__getattr__ = missing("tf.keras.activations")
+__getattr__ = missing_attributes("tf.keras.activations")

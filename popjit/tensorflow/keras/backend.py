@@ -1,5 +1,6 @@
 """``tf.keras.backend``."""
 
+from popjit.errors import missing_attributes
 from popjit.keras.backend import (  # noqa: F401
     batch_get_value,
     batch_set_value,
@@ -17,6 +18,5 @@ from popjit.keras.backend import (  # noqa: F401
     set_image_data_format,
     set_value,
 )
-from popjit.tensorflow.keras._missing import missing
 
-__getattr__ = missing("tf.keras.backend")
+__getattr__ = missing_attributes("tf.keras.backend")

@@ -1,5 +1,6 @@
 """``tf.keras.initializers``."""
 
+from popjit.errors import missing_attributes
 from popjit.keras.initializers import (  # noqa: F401
     Constant,
     GlorotNormal,
@@ -36,6 +37,5 @@ from popjit.keras.initializers import (  # noqa: F401
     variance_scaling,
     zeros,
 )
-from popjit.tensorflow.keras._missing import missing
 
-__getattr__ = missing("tf.keras.initializers")
+__getattr__ = missing_attributes("tf.keras.initializers")

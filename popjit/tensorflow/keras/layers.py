@@ -1,7 +1,7 @@
 """``tf.keras.layers``."""
 
+from popjit.errors import missing_attributes
 from popjit.keras.layers import *  # noqa: F403
 from popjit.keras.layers import deserialize, serialize  # noqa: F401
-from popjit.tensorflow.keras._missing import missing
 
-__getattr__ = missing("tf.keras.layers")
+__getattr__ = missing_attributes("tf.keras.layers")

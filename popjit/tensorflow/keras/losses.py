@@ -1,5 +1,6 @@
 """``tf.keras.losses``."""
 
+from popjit.errors import missing_attributes
 from popjit.keras.losses import (  # noqa: F401
     KLD,
     MAE,
@@ -38,6 +39,5 @@ from popjit.keras.losses import (  # noqa: F401
     serialize,
     sparse_categorical_crossentropy,
 )
-from popjit.tensorflow.keras._missing import missing
 
-__getattr__ = missing("tf.keras.losses")
+__getattr__ = missing_attributes("tf.keras.losses")

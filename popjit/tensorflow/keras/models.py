@@ -1,6 +1,6 @@
 """``tf.keras.models``."""
 
+from popjit.errors import missing_attributes
 from popjit.keras.models import Model, Sequential, clone_model  # noqa: F401
-from popjit.tensorflow.keras._missing import missing
 
-__getattr__ = missing("tf.keras.models")
+__getattr__ = missing_attributes("tf.keras.models")

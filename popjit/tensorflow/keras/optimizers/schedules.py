@@ -1,5 +1,6 @@
 """``tf.keras.optimizers.schedules``."""
 
+from popjit.errors import missing_attributes
 from popjit.keras.schedules import (  # noqa: F401
     CosineDecay,
     ExponentialDecay,
@@ -10,6 +11,5 @@ from popjit.keras.schedules import (  # noqa: F401
     deserialize,
     serialize,
 )
-from popjit.tensorflow.keras._missing import missing
 
-__getattr__ = missing("tf.keras.optimizers.schedules")
+__getattr__ = missing_attributes("tf.keras.optimizers.schedules")
