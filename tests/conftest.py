@@ -1,13 +1,19 @@
-"""Shared test setup: a configured virtual IPU system and hypothesis profiles.
+"""Shared test setup: a configured virtual IPU system, hypothesis profiles, and a cache directory
+of the session's own.
 
 Numba compiles are the slow part of the suite; codelets depend on structure, not sizes, so
 hypothesis examples with new shapes mostly reuse machine code. ``HYPOTHESIS_PROFILE=thorough``
-runs more examples.
+runs more examples. The generated modules and machine code go to a temporary ``POPJIT_CACHE_DIR``
+shared by the xdist workers (never ``~/.cache/popjit``), and ``KERAS_HOME`` (which stock Keras writes
+to when the cross-checks import TensorFlow) to a temporary directory too; both are removed when the
+session ends. Variables the caller set are used as they are.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -18,6 +24,22 @@ settings.register_profile(
 )
 settings.register_profile("thorough", parent=settings.get_profile("default"), max_examples=200)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+_OWN_CACHE = "_POPJIT_TEST_CACHE_DIR"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before any test module imports popjit (and before xdist starts its workers, which inherit it)."""
+    if _OWN_CACHE in os.environ:  # an xdist worker: the controller made the directories
+        return
+    own = os.environ[_OWN_CACHE] = tempfile.mkdtemp(prefix="popjit-tests-")
+    os.environ.setdefault("POPJIT_CACHE_DIR", os.path.join(own, "cache"))
+    os.environ.setdefault("KERAS_HOME", os.path.join(own, "keras"))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and _OWN_CACHE in os.environ:  # the controller, once
+        shutil.rmtree(os.environ.pop(_OWN_CACHE), ignore_errors=True)
 
 
 @pytest.fixture(autouse=True, scope="session")
