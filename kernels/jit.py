@@ -5,9 +5,13 @@ zero-division checks), fastmath flags that keep NaN/Inf semantics (never ``nnan`
 no bounds checks. ``POPJIT_DISABLE_NUMBA=1`` returns the plain Python function.
 
 Every codelet is compiled with Numba's on-disk cache, kept in popjit's cache directory under a name
-that hashes all of ``kernels/`` and the code generator (see :func:`popjit.codegen.compile.cache_root`),
-so machine code compiled once is loaded by later processes and never outlives an edit to the
-kernels it was built from (Numba itself only watches the function's own file).
+that hashes all of ``kernels/`` and the code generator (:func:`machine_code_dir`), so machine code
+compiled once is loaded by later processes and never outlives an edit to the kernels it was built
+from (Numba itself only watches the function's own file).
+
+The cache never stops a program: an entry that cannot be read (truncated, empty, foreign, corrupt)
+is reported once as a :class:`CacheWarning` naming its file, deleted and compiled again; a cache
+directory popjit cannot write is reported once and everything compiles in memory.
 """
 
 from __future__ import annotations
@@ -16,9 +20,17 @@ import contextlib
 import functools
 import hashlib
 import os
-from collections.abc import Callable, Iterator
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numba
+from numba.core import caching
+from numba.core import config as numba_config
+from numba.np.ufunc import parallel
 
 import popjit
 from popjit import config
@@ -43,9 +55,6 @@ def threading_layer() -> str:
     is part of the cache's fingerprint (loading code compiled for another one crashes). Decided
     once per process.
     """
-    from numba.core import config as numba_config
-    from numba.np.ufunc import parallel
-
     if parallel._is_initialized:  # something ran parallel code before popjit: that layer it is
         return parallel.threading_layer()
     chosen = os.environ.get("NUMBA_THREADING_LAYER")
@@ -68,8 +77,6 @@ _CODEGEN_DIR = Path(popjit.__file__).parent / "codegen"
 @functools.lru_cache(maxsize=1)
 def fingerprint() -> str:
     """A hash of the kernel and code-generator sources, the Numba version and the threading layer."""
-    import numba
-
     h = hashlib.sha256(f"{numba.__version__} {threading_layer()}".encode())
     sources = sorted(Path(__file__).parent.glob("*.py")) + [_CODEGEN_DIR / "render.py", _CODEGEN_DIR / "engine.py"]
     for path in sources:
@@ -82,15 +89,97 @@ def machine_code_dir() -> Path:
     return cache_root() / f"gen-{fingerprint()}" / "numba"
 
 
-@contextlib.contextmanager
-def _machine_code_cache() -> Iterator[None]:
-    """Point Numba's cache at popjit's fingerprinted directory while a codelet is decorated."""
-    from numba.core import config as numba_config
+class CacheWarning(UserWarning):
+    """A cache entry popjit could not use (it is rebuilt), or a cache directory it cannot write."""
 
-    saved = numba_config.CACHE_DIR
-    numba_config.CACHE_DIR = str(machine_code_dir())
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(key: str, message: str) -> None:
+    """Issue ``message`` as a :class:`CacheWarning`, once per process for ``key``."""
+    with _warned_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(message, CacheWarning, stacklevel=3)
+
+
+def usable_dir(path: Path) -> bool:
+    """Whether popjit can create ``path`` and write files in it; if not, one warning says that
+    everything compiles in memory this run."""
+    return _usable(str(path))
+
+
+@functools.lru_cache(maxsize=64)
+def _usable(path: str) -> bool:
     try:
-        yield
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+        return True
+    except OSError as e:
+        root = cache_root()
+        warn_once(f"unusable:{root}", f"popjit cannot write its cache directory {root} ({path}: {e.strerror or e}); "
+                  "compiling in memory this run, so nothing is kept for the next one. Set POPJIT_CACHE_DIR (or "
+                  "--executable_cache_path in TF_POPLAR_FLAGS) to a writable directory.")
+        return False
+
+
+class _PopjitCacheImpl(caching.CompileResultCacheImpl):
+    """Numba's cache implementation, kept to popjit's directory (never a fallback location)."""
+
+    # why: Numba renamed it (it was private before 0.57)
+    _locator_classes = [getattr(caching, "UserProvidedCacheLocator", None) or caching._UserProvidedCacheLocator]
+
+
+class SafeFunctionCache(caching.FunctionCache):
+    """Numba's per-function machine-code cache, made robust: a damaged entry is a cache miss (warned
+    about once, its files deleted, the code compiled and saved again), never an exception."""
+
+    _impl_class = _PopjitCacheImpl
+
+    def load_overload(self, sig: Any, target_context: Any) -> Any:
+        try:
+            return super().load_overload(sig, target_context)
+        except Exception as e:  # why: pickle and file errors of every kind mean the entry is damaged
+            self._discard(e)
+            return None
+
+    def save_overload(self, sig: Any, data: Any) -> None:
+        try:
+            super().save_overload(sig, data)
+        except Exception as e:  # why: as above; a directory that became unwritable stops caching
+            if isinstance(e, OSError) and not usable_dir(Path(self._cache_path)):
+                self.disable()
+                return
+            self._discard(e)
+            with contextlib.suppress(Exception):
+                super().save_overload(sig, data)
+
+    def _discard(self, error: Exception) -> None:
+        """Delete this function's index and data files after ``error`` reading or writing them."""
+        index = Path(self._cache_file._index_path)
+        stem = index.name[: -len(".nbi")]
+        for path in [index, *index.parent.glob(f"{stem}.*.nbc")]:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        warn_once(f"damaged:{index}", f"popjit's cache entry {index} (or its data files) could not be read "
+                  f"({type(error).__name__}: {error}); it was deleted and the code is compiled again.")
+
+
+def _attach_cache(dispatcher: Any) -> None:
+    """Give ``dispatcher`` popjit's robust on-disk cache in :func:`machine_code_dir`, if it is usable."""
+    directory = machine_code_dir()
+    if not usable_dir(directory):
+        return
+    saved = numba_config.CACHE_DIR
+    numba_config.CACHE_DIR = str(directory)
+    try:
+        dispatcher._cache = SafeFunctionCache(dispatcher.py_func)
+    except RuntimeError:  # why: Numba found no locator (a function without a source file): stay in memory
+        pass
     finally:
         numba_config.CACHE_DIR = saved
 
@@ -101,12 +190,11 @@ def codelet(fn: Callable | None = None, **extra: Any) -> Any:
     def wrap(f: Callable) -> Any:
         if config.get("DISABLE_NUMBA"):
             return f
-        import numba
-
         options = {**OPTIONS, **extra}
-        if not options.get("cache"):
-            return numba.njit(**options)(f)
-        with _machine_code_cache():
-            return numba.njit(**options)(f)
+        cache = options.pop("cache")
+        dispatcher = numba.njit(**options)(f)
+        if cache:
+            _attach_cache(dispatcher)
+        return dispatcher
 
     return wrap(fn) if fn is not None else wrap

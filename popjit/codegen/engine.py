@@ -1,13 +1,17 @@
 """Loop-IR program → one engine function (Numba source) that runs the whole program natively.
 
-    def engine(B0, B1, B2, B3, P, F):      # argument, variable, constant, result, temporary buffers
+    def engine(B0, B1, B2, B3, P, F, S):   # argument, variable, constant, result, temporary buffers
         for _ in range(P[1]):               # Repeat: a native loop
+            if S[0]:                        # Ctrl-C: stop at an iteration boundary
+                return 1
             k_3f2a(B3, B0, P[2], F[0])      # a codelet call per compute set
             B1[:] = B3                      # Copy
         return 0
 
 Like codelets, the engine's text depends only on the program's structure: every size, count
 and constant is read from the ``P`` (int64) and ``F`` (float64) arrays, filled per program.
+``S`` is the interrupt flag (:mod:`popjit.pipeline.interrupts`), polled at the start of every loop
+iteration; the engine returns 1 when it stopped there, 0 when it ran to the end.
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ class EngineSource:
     floats: np.ndarray
     library: dict[str, str] = field(default_factory=dict)  # hand-written codelets used: name -> module
     native: bool = True  # compiled; False: one codelet call, run from Python (see `needs_native`)
+
+
+#: Polled at the start of every loop iteration: an interrupted run returns 1 at that boundary.
+STOP_CHECK = "if S[0]: return 1"
 
 
 def storage_dtype(dtype: DType) -> np.dtype:
@@ -119,6 +127,7 @@ class _Emitter(StmtVisitor):
     def visit_repeat(self, s: Repeat) -> None:
         self.loop_depth += 1
         self.emit(f"for _r{self.loop_depth} in range({self.int(s.count)}):")
+        self.emit(f"    {STOP_CHECK}")
         self.nested(s.body)
         self.loop_depth -= 1
 
@@ -133,6 +142,7 @@ class _Emitter(StmtVisitor):
         if s.max_iterations is not None:
             self.emit(f"    if {n} >= {self.int(s.max_iterations)}:")
             self.emit("        break")
+        self.emit(f"    {STOP_CHECK}")
         self.nested(s.body)
         self.emit(f"    {n} += 1")
         self.loop_depth -= 1
@@ -156,7 +166,7 @@ def render_engine(program: Program) -> EngineSource:
     em = _Emitter(program)
     em.block(program.body)
     body = em.lines or ["    pass"]
-    params = ", ".join([*(em.buf(b) for b in em.arguments), "P", "F"])
+    params = ", ".join([*(em.buf(b) for b in em.arguments), "P", "F", "S"])
     text = "\n".join([f"def engine({params}):", *body, "    return 0", ""])
     name = "e_" + hashlib.sha256(text.encode()).hexdigest()[:20]
     text = text.replace("def engine(", f"def {name}(", 1)

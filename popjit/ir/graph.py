@@ -117,6 +117,21 @@ class Region:
                 yield from r.walk()
 
 
+def _copy_region(region: Region, values: dict[int, Value]) -> Region:
+    """``region`` with every node and value new; ``values`` maps old uids to copies (captured values
+    of enclosing regions are already in it, as their definitions come first)."""
+    params = [Value(p.aval) for p in region.params]
+    values.update((p.uid, q) for p, q in zip(region.params, params))
+    nodes = []
+    for node in region.nodes:
+        regions = [_copy_region(r, values) for r in node.regions]
+        new = Node(node.op, [values[v.uid] for v in node.inputs], node.attrs, [v.aval for v in node.outputs],
+                   regions, node.loc)
+        values.update((v.uid, w) for v, w in zip(node.outputs, new.outputs))
+        nodes.append(new)
+    return Region(params, nodes, [values[v.uid] for v in region.results])
+
+
 @dataclass(frozen=True)
 class Binding:
     """What a graph parameter or result is bound to at run time.
@@ -161,6 +176,13 @@ class Graph:
 
     def walk(self) -> Iterator[Node]:
         return self.region.walk()
+
+    def copy(self) -> Graph:
+        """A structural copy (new nodes, regions and values; attributes shared): passes may rewrite it
+        without touching this graph, which the traced function keeps."""
+        values: dict[int, Value] = {}
+        return Graph(self.name, _copy_region(self.region, values), list(self.param_bindings),
+                     list(self.result_bindings), dict(self.variables))
 
     def arg_params(self) -> list[tuple[int, Value]]:
         return [(b.key, p) for b, p in zip(self.param_bindings, self.params) if b.kind == "arg"]

@@ -19,6 +19,7 @@ from popjit.schedule.target import Target
 from popjit.source import user_location, where
 
 _EXECUTABLES: dict[tuple[str, Target | None], Executable] = {}
+_COMPILING: dict[tuple[str, Target | None], threading.Lock] = {}
 _lock = threading.Lock()
 stats = {"compilations": 0, "hits": 0}
 
@@ -28,18 +29,34 @@ def compile_cached(graph: Graph, target: Target | None, on_ipu: bool = False) ->
 
     ``on_ipu``: it will run on an IPU device, so the IPU's dtypes are checked first (a program
     compiled for the IPU but run on the host, ``jit_compile=True`` there, may use float64 as
-    TensorFlow on a CPU does)."""
+    TensorFlow on a CPU does).
+
+    Thread-safe: one thread compiles a given program while the others asking for it wait and then
+    share it; different programs compile concurrently.
+    """
     if on_ipu:  # refuse what the IPU cannot hold before compiling
         check_device_dtypes(graph)
     key = (graph.fingerprint(), target)
     with _lock:
-        if key in _EXECUTABLES:
+        exe = _EXECUTABLES.get(key)
+        if exe is not None:
             stats["hits"] += 1
-            return _EXECUTABLES[key]
-    exe = _compile_at_user_line(graph, target)
-    with _lock:
-        _EXECUTABLES.setdefault(key, exe)
-        stats["compilations"] += 1
+            return exe
+        compiling = _COMPILING.setdefault(key, threading.Lock())
+    with compiling:
+        with _lock:
+            exe = _EXECUTABLES.get(key)
+            if exe is not None:  # another thread compiled it while this one waited
+                stats["hits"] += 1
+                return exe
+        try:
+            exe = _compile_at_user_line(graph, target)
+            with _lock:
+                _EXECUTABLES[key] = exe
+                stats["compilations"] += 1
+        finally:
+            with _lock:
+                _COMPILING.pop(key, None)
     return exe
 
 

@@ -65,7 +65,7 @@ def compile_graph(graph: Graph, target: Target | None) -> Executable:
     (the same native engine, no IPU schedule)."""
     timer = Timer()
     _dump(2, f"graph IR of {graph.name}", graph.as_text)
-    graph = optimize_graph(graph)
+    graph = optimize_graph(graph.copy())  # the passes rewrite graphs in place; the caller's stays as traced
     _dump(2, f"optimized graph IR of {graph.name}", graph.as_text)
     program = lower_graph(graph)
     _dump(3, f"loop IR of {graph.name}", program.as_text)

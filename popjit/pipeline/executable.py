@@ -22,6 +22,7 @@ from popjit.errors import FailedPreconditionError
 from popjit.ir.graph import Graph
 from popjit.ir.loop import Buffer, Program
 from popjit.kernels.jit import threading_layer
+from popjit.pipeline import interrupts
 from popjit.schedule import Schedule
 
 
@@ -87,8 +88,10 @@ class Executable:
         buffers += [device_view(fed[b.uid], b) for b in p.stream_in]
         buffers += [device_view(drained[b.uid], b) for b in p.stream_out]
         buffers += [np.empty(b.size, storage_dtype(b.dtype)) for b in p.temps]
-        with _engine_guard():
-            self.engine(*buffers, self.engine_source.ints, self.engine_source.floats)
+        with _engine_guard(), interrupts.watching() as stop:
+            stopped = self.engine(*buffers, self.engine_source.ints, self.engine_source.floats, stop)
+        if stopped:  # Ctrl-C (Python raises KeyboardInterrupt itself as soon as it can; this is the backstop)
+            raise KeyboardInterrupt
         self.runs += 1
         if drained:
             feeds.deliver_outputs(p, drained)
