@@ -134,11 +134,36 @@ class _PopjitCacheImpl(caching.CompileResultCacheImpl):
     _locator_classes = [getattr(caching, "UserProvidedCacheLocator", None) or caching._UserProvidedCacheLocator]
 
 
+class _ForeignEntry(Exception):
+    """A data file that holds another function's machine code."""
+
+
+class _CheckedCacheFile(caching.IndexDataCacheFile):
+    """Numba's index and data files, with each data file naming the entry it belongs to: a data file
+    copied or left over from another function is refused instead of run."""
+
+    def save(self, key: Any, data: Any) -> None:
+        super().save(key, (self._index_name, key, data))
+
+    def load(self, key: Any) -> Any:
+        entry = super().load(key)
+        if entry is None:
+            return None
+        if not (isinstance(entry, tuple) and len(entry) == 3 and entry[0] == self._index_name and entry[1] == key):
+            raise _ForeignEntry("its data file belongs to another function")
+        return entry[2]
+
+
 class SafeFunctionCache(caching.FunctionCache):
     """Numba's per-function machine-code cache, made robust: a damaged entry is a cache miss (warned
     about once, its files deleted, the code compiled and saved again), never an exception."""
 
     _impl_class = _PopjitCacheImpl
+
+    def __init__(self, py_func: Callable) -> None:
+        super().__init__(py_func)
+        self._cache_file = _CheckedCacheFile(cache_path=self._cache_path, filename_base=self._impl.filename_base,
+                                             source_stamp=self._impl.locator.get_source_stamp())
 
     def load_overload(self, sig: Any, target_context: Any) -> Any:
         try:
