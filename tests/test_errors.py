@@ -208,3 +208,34 @@ def test__a_device_of_several_ipus__is_refused_not_run_as_one_replica(fresh_ipu_
     assert f"line {_line_of(here, 'strategy.run(step)')}" in msg
     np.testing.assert_array_equal(v.numpy(), np.ones(3, np.float32))  # the variable is untouched
     assert fresh_ipu_system.get_device(0).executions == 0
+
+
+@pytest.mark.parametrize("value, what", [
+    (np.array(["a", "b"]), "NumPy array of strings"), (np.array([object()]), "NumPy array of Python objects"),
+    (np.ones(2, np.complex64), "complex64"),
+])
+def test__arguments_that_cannot_be_tensors__type_error_naming_the_argument(value, what):
+    from popjit import ipu
+
+    def g(x, y):
+        return x * 2.0
+
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    with strategy.scope(), pytest.raises(TypeError) as e:
+        strategy.run(tf.function(g, jit_compile=True), args=(np.ones(2, np.float32), value))
+    msg = str(e.value)
+    assert msg.startswith("g(): argument 1: ") and what in msg
+    here = test__arguments_that_cannot_be_tensors__type_error_naming_the_argument
+    assert f"line {_line_of(here, 'strategy.run(')}" in msg
+
+
+def test__ragged_and_string_values__tensorflow_style_conversion_errors():
+    with pytest.raises(ValueError, match=r"^Can't convert non-rectangular Python sequence to Tensor\.$"):
+        tf.constant([[1.0], [2.0, 3.0]])
+    with pytest.raises(ValueError, match="non-rectangular"):
+        tf.data.Dataset.from_tensor_slices([[1.0], [2.0, 3.0]])
+    for value in ("abc", ["a", "b"], np.array(["a"])):
+        with pytest.raises(TypeError, match=r"numbers and bools \(no tf.string\)"):
+            tf.constant(value)
+    with pytest.raises(TypeError, match=r"tf.data cannot make a tensor .* \(no tf.string\)"):
+        tf.data.Dataset.from_tensor_slices(["a", "b"])

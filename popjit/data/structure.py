@@ -21,7 +21,7 @@ import numpy as np
 from popjit import dtypes
 from popjit.errors import InvalidArgumentError
 from popjit.frontend import nest
-from popjit.frontend.convert import convert_to_tensor
+from popjit.frontend.convert import array_dtype, convert_to_tensor
 from popjit.frontend.function import TensorSpec
 from popjit.frontend.tensor import Tensor
 from popjit.frontend.variables import Variable
@@ -82,10 +82,10 @@ def _leaf_array(value: Any) -> np.ndarray:
         value = value.read_value()
     if isinstance(value, Tensor):
         return value.numpy()
-    if isinstance(value, np.ndarray):
-        dtypes.as_dtype(value.dtype)  # refuse unsupported dtypes with popjit's message
-        return value
     try:
+        if isinstance(value, np.ndarray):
+            array_dtype(value)  # refuse unsupported dtypes with popjit's message
+            return value
         return convert_to_tensor(value).numpy()
     except TypeError as e:
         raise TypeError(f"tf.data cannot make a tensor from {type(value).__name__} {value!r}: {e}") from None

@@ -13,13 +13,31 @@ from popjit.frontend.tracing import current_trace
 from popjit.frontend.variables import Variable
 
 
+def as_array(value: Any) -> np.ndarray:
+    """``np.asarray(value)``, with TensorFlow's error for a nested list whose rows differ in length."""
+    try:
+        return np.asarray(value)
+    except ValueError:
+        raise ValueError("Can't convert non-rectangular Python sequence to Tensor.") from None
+
+
+def array_dtype(arr: np.ndarray | np.generic) -> DType:
+    """The dtype of a NumPy value, or a ``TypeError`` saying that popjit has no tensors of its kind."""
+    if arr.dtype.kind in "USO":
+        what = {"U": "strings", "S": "bytes", "O": "Python objects"}[arr.dtype.kind]
+        extra = " (no tf.string)" if arr.dtype.kind in "US" else ""
+        raise TypeError(f"a NumPy array of {what} (dtype {arr.dtype}) cannot become a tensor: popjit's tensors "
+                        f"hold numbers and bools{extra}")
+    return dtypes.as_dtype(arr.dtype)
+
+
 def _default_dtype(value: Any) -> DType:
     """TensorFlow's dtype for a Python value: float32 for floats, int32 for ints, arrays keep theirs."""
-    if isinstance(value, np.ndarray):
-        return dtypes.as_dtype(value.dtype)
-    if isinstance(value, np.generic):
-        return dtypes.as_dtype(value.dtype)
-    arr = np.asarray(value)
+    if isinstance(value, (np.ndarray, np.generic)):
+        return array_dtype(value)
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"Cannot convert {value!r} to a tensor: popjit's tensors hold numbers and bools (no tf.string)")
+    arr = as_array(value)
     if arr.dtype == np.bool_:
         return dtypes.bool_
     if np.issubdtype(arr.dtype, np.integer):
@@ -30,11 +48,13 @@ def _default_dtype(value: Any) -> DType:
         flat = [x for x in np.ravel(arr)]
         if any(isinstance(x, Tensor) for x in flat):
             raise TypeError("nested tensors in a list: use tf.stack")
+    if arr.dtype.kind in "US":
+        raise TypeError(f"Cannot convert {value!r} to a tensor: popjit's tensors hold numbers and bools (no tf.string)")
     raise TypeError(f"Cannot convert {value!r} to a tensor: unsupported type {type(value).__name__}")
 
 
 def _to_array(value: Any, dtype: DType) -> np.ndarray:
-    arr = np.asarray(value)
+    arr = as_array(value)
     if arr.dtype == dtype.np:
         return arr
     if dtype.is_integer and np.issubdtype(arr.dtype, np.floating) and (

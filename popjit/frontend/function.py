@@ -22,6 +22,7 @@ from popjit import context, dtypes
 from popjit.errors import InvalidArgumentError, UnimplementedError
 from popjit.frontend import nest
 from popjit.frontend.autograph import convert
+from popjit.frontend.convert import array_dtype
 from popjit.frontend.tensor import Tensor, TensorShape
 from popjit.frontend.tracing import Trace, current_trace, tracing
 from popjit.frontend.variables import VARIABLES, Variable
@@ -55,10 +56,8 @@ class TensorSpec:
 def _leaf_key(leaf: Any) -> tuple:
     if isinstance(leaf, Tensor):
         return ("tensor", leaf.aval.shape, leaf.aval.dtype.name)
-    if isinstance(leaf, np.ndarray):
-        return ("tensor", leaf.shape, dtypes.as_dtype(leaf.dtype).name)
-    if isinstance(leaf, np.generic):
-        return ("tensor", (), dtypes.as_dtype(leaf.dtype).name)
+    if isinstance(leaf, (np.ndarray, np.generic)):
+        return ("tensor", np.shape(leaf), array_dtype(leaf).name)
     if isinstance(leaf, Variable):
         return ("variable", leaf._id)
     if leaf is None or isinstance(leaf, (bool, int, float, str, bytes, complex)):
@@ -66,6 +65,18 @@ def _leaf_key(leaf: Any) -> tuple:
     if isinstance(leaf, TensorSpec):
         return ("tensor", leaf.shape, leaf.dtype.name)
     return ("object", type(leaf).__name__, id(leaf))
+
+
+def _argument_of(args: tuple, kwargs: dict, error: Exception) -> str:
+    """Which argument holds the value ``error`` is about (its first leaf that cannot be a tensor)."""
+    for name, value in [*((f"argument {k}", a) for k, a in enumerate(args)),
+                        *((f"argument {k!r}", v) for k, v in kwargs.items())]:
+        try:
+            for leaf in nest.flatten(value):
+                _leaf_key(leaf)
+        except TypeError:
+            return name
+    return "an argument"
 
 
 def _describe(key: tuple) -> str:
@@ -116,18 +127,21 @@ class ConcreteFunction:
     out_spec: list[tuple[str, Any]]
     name: str
     jit_compile: bool | None = None
-    executables: dict[Any, Any] = field(default_factory=dict)
+    _devices_compiled_for: set[Any] = field(default_factory=set)
+    _fingerprint: str | None = None
 
     def executable(self, device: str) -> Any:
-        """The compiled program for ``device`` (compiled on first use, then cached)."""
+        """The compiled program for ``device``: compiled on first use, then taken from the executable
+        cache (which keeps the most recently used ones)."""
         ordinal = devices.ipu_ordinal(device)
         target = devices.program_target(device, self.jit_compile)
-        key = (ordinal, target)
-        if key not in self.executables:
-            self.executables[key] = compile_cached(self.graph, target, on_ipu=ordinal is not None)
-            if ordinal is not None:
-                devices.get_device(ordinal).compilations += 1
-        return self.executables[key]
+        if self._fingerprint is None:
+            self._fingerprint = self.graph.fingerprint()
+        exe = compile_cached(self.graph, target, on_ipu=ordinal is not None, fingerprint=self._fingerprint)
+        if ordinal is not None and (ordinal, target) not in self._devices_compiled_for:
+            self._devices_compiled_for.add((ordinal, target))
+            devices.get_device(ordinal).compilations += 1
+        return exe
 
     def run(self, leaves: list[Any], device: str) -> Any:
         exe = self.executable(device)
@@ -227,7 +241,11 @@ class Function:
         if self.input_signature is not None and not kwargs:
             args = tuple(self._apply_signature(args))
         leaves, tree = nest.flatten_with_tree((args, kwargs))
-        return tree, leaves, tuple(_leaf_key(x) for x in leaves)
+        try:
+            keys = tuple(_leaf_key(x) for x in leaves)
+        except TypeError as e:
+            raise TypeError(f"{self.name}(): {_argument_of(args, kwargs, e)}: {e}{where()}") from None
+        return tree, leaves, keys
 
     def _apply_signature(self, args: tuple) -> list[Any]:
         specs = nest.flatten(list(self.input_signature))

@@ -194,7 +194,10 @@ def _dtype_of(x: Any) -> dtypes.DType | None:
     if isinstance(x, (Tensor, Aval)):
         return x.dtype
     if isinstance(x, (np.ndarray, np.generic)):
-        return dtypes.as_dtype(x.dtype)
+        try:
+            return dtypes.as_dtype(x.dtype)
+        except TypeError:  # not a tensor dtype at all: tf.function's argument check names it
+            return None
     return None
 
 
@@ -204,5 +207,6 @@ def _check_dtypes(items: list[Any], what: str) -> None:
         dt = _dtype_of(x)
         if dt is not None and dt == dtypes.float64:
             raise TypeError(f"Unsupported data type for {what}: float64")
+
 
 __getattr__ = missing_attributes("ipu.ipu_strategy")

@@ -1,14 +1,19 @@
 """The in-memory executable cache, keyed by graph fingerprint and target.
 
 Two traces with identical graphs (same ops, shapes, attributes, constants) share one compiled
-executable, as Poplar's executable cache does for a new ``tf.Graph`` in the same process.
+executable, as Poplar's executable cache does for a new ``tf.Graph`` in the same process. It keeps
+the ``POPJIT_EXECUTABLE_CACHE_SIZE`` most recently used executables, so a long-running process that
+meets many programs (new shapes, eager ops on the IPU) stays within a bounded memory; a program
+used again after it was dropped compiles again (its machine code still comes from the disk cache).
 """
 
 from __future__ import annotations
 
 import threading
 import warnings
+from collections import OrderedDict
 
+from popjit import config
 from popjit.errors import OpError
 from popjit.graph.verify import check_device_dtypes
 from popjit.ir.graph import Graph
@@ -18,13 +23,32 @@ from popjit.schedule.schedule import OutOfMemoryWarning
 from popjit.schedule.target import Target
 from popjit.source import user_location, where
 
-_EXECUTABLES: dict[tuple[str, Target | None], Executable] = {}
-_COMPILING: dict[tuple[str, Target | None], threading.Lock] = {}
+Key = tuple[str, Target | None, bool]
+_EXECUTABLES: OrderedDict[Key, Executable] = OrderedDict()  # least recently used first
+_COMPILING: dict[Key, threading.Lock] = {}
 _lock = threading.Lock()
 stats = {"compilations": 0, "hits": 0}
 
 
-def compile_cached(graph: Graph, target: Target | None, on_ipu: bool = False) -> Executable:
+def _cached(key: Key) -> Executable | None:
+    """The executable for ``key`` if it is cached (then it becomes the most recently used); hold ``_lock``."""
+    exe = _EXECUTABLES.get(key)
+    if exe is not None:
+        _EXECUTABLES.move_to_end(key)
+        stats["hits"] += 1
+    return exe
+
+
+def _keep(key: Key, exe: Executable) -> None:
+    """Cache ``exe``, dropping the least recently used beyond the size limit; hold ``_lock``."""
+    _EXECUTABLES[key] = exe
+    stats["compilations"] += 1
+    while len(_EXECUTABLES) > max(1, config.get("EXECUTABLE_CACHE_SIZE")):
+        _EXECUTABLES.popitem(last=False)
+
+
+def compile_cached(graph: Graph, target: Target | None, on_ipu: bool = False,
+                   fingerprint: str | None = None) -> Executable:
     """The executable for ``graph``: an IPU program for ``target``, or a host program for None.
 
     ``on_ipu``: it will run on an IPU device, so the IPU's dtypes are checked first (a program
@@ -32,28 +56,26 @@ def compile_cached(graph: Graph, target: Target | None, on_ipu: bool = False) ->
     TensorFlow on a CPU does).
 
     Thread-safe: one thread compiles a given program while the others asking for it wait and then
-    share it; different programs compile concurrently.
+    share it; different programs compile concurrently. ``fingerprint``: the graph's, if the caller
+    keeps it (computing it prints the whole graph).
     """
-    if on_ipu:  # refuse what the IPU cannot hold before compiling
-        check_device_dtypes(graph)
-    key = (graph.fingerprint(), target)
+    key = (fingerprint or graph.fingerprint(), target, on_ipu)
     with _lock:
-        exe = _EXECUTABLES.get(key)
+        exe = _cached(key)
         if exe is not None:
-            stats["hits"] += 1
             return exe
         compiling = _COMPILING.setdefault(key, threading.Lock())
     with compiling:
         with _lock:
-            exe = _EXECUTABLES.get(key)
-            if exe is not None:  # another thread compiled it while this one waited
-                stats["hits"] += 1
+            exe = _cached(key)  # another thread compiled it while this one waited
+            if exe is not None:
                 return exe
+        if on_ipu:  # refuse what the IPU cannot hold before compiling
+            check_device_dtypes(graph)
         try:
             exe = _compile_at_user_line(graph, target)
             with _lock:
-                _EXECUTABLES[key] = exe
-                stats["compilations"] += 1
+                _keep(key, exe)
         finally:
             with _lock:
                 _COMPILING.pop(key, None)

@@ -90,3 +90,23 @@ def test__threads_running_one_compiled_program__agree():
 
     for r in run_in_threads([run] * 6):
         np.testing.assert_array_equal(r, single)
+
+
+def test__the_executable_cache__keeps_the_most_recently_used_and_frees_the_rest():
+    import gc
+    import weakref
+
+    from popjit import config
+
+    f = tf.function(lambda x: tf.tanh(x) * 3.0 + 1.0, jit_compile=True)
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    with config.context(EXECUTABLE_CACHE_SIZE=4), strategy.scope():
+        first = weakref.ref(f.get_concrete_function(np.ones(3, np.float32)).executable("/device:IPU:0"))
+        for n in range(4, 12):  # eight more programs (new shapes)
+            np.testing.assert_allclose(strategy.run(f, args=(np.ones(n, np.float32),)).numpy(),
+                                       np.full(n, np.tanh(1.0) * 3 + 1, np.float32), rtol=1e-6)
+        assert len(cache._EXECUTABLES) <= 4
+        gc.collect()
+        assert first() is None, "a dropped executable is freed (nothing else holds it)"
+        again = strategy.run(f, args=(np.ones(3, np.float32),)).numpy()  # compiled again when needed
+    np.testing.assert_allclose(again, np.full(3, np.tanh(1.0) * 3 + 1, np.float32), rtol=1e-6)
