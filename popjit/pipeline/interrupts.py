@@ -54,6 +54,15 @@ def _ensure_pipe() -> int:
         return _pipe[1]
 
 
+def _forget_pipe() -> None:
+    """In a forked child the reader thread is gone: the next run starts a new one."""
+    global _pipe
+    _pipe = None
+
+
+os.register_at_fork(after_in_child=_forget_pipe)
+
+
 @contextlib.contextmanager
 def watching() -> Iterator[np.ndarray]:
     """The flag an engine run inside this block should poll (set by Ctrl-C in the main thread)."""
