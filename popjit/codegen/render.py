@@ -24,6 +24,7 @@ from popjit.ir.loop import (
     Buffer,
     Const,
     Expr,
+    ExprVisitor,
     ILin,
     IndexValue,
     IValue,
@@ -96,25 +97,51 @@ def compute_type(dtype: DType) -> str:
     return f"np.{dtype.np.name}"
 
 
+class _LoopVars(ExprVisitor):
+    """The loop variables an expression reads, through its indices and gathered values."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_var(self, a: IVar) -> None:
+        self.names.add(a.name)
+
+
 class _Body(IndexFormatter):
     """Renders expressions as a sequence of SSA assignments, one per distinct subexpression; indices
-    as Python source with their integers as parameters."""
+    as Python source with their integers as parameters.
 
-    def __init__(self, params: _Params, hoisted: list[str]) -> None:
+    ``loop_levels`` maps each loop variable to its loop's depth (1 for the outermost): every line
+    records the depth of the innermost loop it depends on (``levels``), so a renderer can place it
+    in the outermost loop where its value is known, computed once instead of once per inner
+    iteration (loop-invariant code motion, done here because LLVM's loop vectorizer can take
+    minutes on an inner loop that recomputes a long invariant chain)."""
+
+    def __init__(self, params: _Params, hoisted: list[str], loop_levels: dict[str, int] | None = None) -> None:
         super().__init__(params.int, self.expr)
         self.params = params
         self.lines: list[str] = []
+        self.levels: list[int] = []
+        self.loop_levels = loop_levels or {}
         self.memo: dict[Any, str] = {}
         self.hoisted = hoisted
         self.hoist_memo: dict[Any, str] = {}
 
-    def tmp(self, code: str, key: Any) -> str:
+    def tmp(self, code: str, key: Expr) -> str:
         if key in self.memo:
             return self.memo[key]
         name = f"v{len(self.memo)}"
         self.memo[key] = name
         self.lines.append(f"{name} = {code}")
+        self.levels.append(self._level(key))
         return name
+
+    def _level(self, e: Expr) -> int:
+        if not self.loop_levels:
+            return 0
+        found = _LoopVars()
+        found.expr(e)
+        return max((self.loop_levels.get(n, 0) for n in found.names), default=0)
 
     def hoist(self, code: str, key: Any) -> str:
         if key not in self.hoist_memo:
@@ -268,12 +295,31 @@ def _domain_loops(k: Kernel, params: _Params, chunked: bool) -> tuple[list[str],
     return ["for j0 in range(hi - lo):", "    i0 = lo + j0", *_indent(rest, 1)], depth + 1
 
 
+def _loop_headers(k: Kernel, params: _Params, chunked: bool) -> list[list[str]]:
+    """The opening lines of each loop over the kernel's domain, outermost first; with ``chunked`` the
+    outermost runs over ``[lo, hi)``."""
+    sizes = [params.int(d) for d in k.domain]
+    params.domain_sizes = sizes
+    headers = [[f"for i{j} in range({size}):"] for j, size in enumerate(sizes)]
+    if chunked and headers:
+        headers[0] = ["for j0 in range(hi - lo):", "    i0 = lo + j0"]
+    return headers
+
+
 def _render_elementwise(k: Kernel, params: _Params, hoisted: list[str], parallel: bool) -> list[str]:
-    head, depth = _domain_loops(k, params, parallel)
-    body = _Body(params, hoisted)
+    headers = _loop_headers(k, params, parallel)
+    depth = len(headers)
+    body = _Body(params, hoisted, {f"i{j}": j + 1 for j in range(depth)})
     values = [(s, body.expr(s.value)) for s in k.stores]
     stores = [f"{_at(params.buf(s.buf), body.index(s.index))} = {body.store_value(s.buf, v)}" for s, v in values]
-    return head + _indent(body.lines + stores, depth)
+    by_level: list[list[str]] = [[] for _ in range(depth + 1)]
+    for line, level in zip(body.lines, body.levels):
+        by_level[level].append(line)
+    by_level[depth] += stores
+    out = by_level[0]
+    for level, header in enumerate(headers, start=1):
+        out += _indent(header, level - 1) + _indent(by_level[level], level)
+    return out
 
 
 def _inner_reduce(k: Kernel) -> bool:

@@ -179,3 +179,23 @@ def test__engines_run_from_two_threads_at_once__serialised_under_workqueue() -> 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["workqueue", "800", "True"]
+
+
+def test__a_value_that_only_depends_on_outer_loops__is_computed_there():
+    """Loop-invariant code motion in the codelet: a [m, 1] column's long chain is computed once per
+    row, and only the broadcast add runs in the inner loop. (LLVM's loop vectorizer took minutes
+    on the inner loop recomputing such a chain: the random-program fuzzer found it.)"""
+
+    def f(x, col):
+        c = tf.exp(tf.clip_by_value(tf.exp(tf.clip_by_value(col, -5.0, 5.0)), -5.0, 5.0))
+        return tf.tanh(c + 0.5) + x
+
+    x, col = np.random.rand(5, 4).astype(np.float32), np.random.rand(5, 1).astype(np.float32)
+    exe = compile_graph(tf.function(f).get_concrete_function(x, col).graph, None)
+    (codelet,) = exe.engine_source.codelets.values()
+    lines = codelet.source.splitlines()
+    inner = lines.index(next(ln for ln in lines if ln.strip().startswith("for i1 ")))
+    assert sum("km.exp(" in ln for ln in lines[:inner]) == 2 and not any("km." in ln for ln in lines[inner:])
+    (out,) = exe.run([x, col], {})
+    want = np.tanh(np.exp(np.clip(np.exp(np.clip(col, -5, 5)), -5, 5)) + 0.5) + x
+    np.testing.assert_allclose(out, want, rtol=1e-5)
