@@ -175,10 +175,11 @@ class SafeFunctionCache(caching.FunctionCache):
     def save_overload(self, sig: Any, data: Any) -> None:
         try:
             super().save_overload(sig, data)
-        except Exception as e:  # why: as above; a directory that became unwritable stops caching
-            if isinstance(e, OSError) and not usable_dir(Path(self._cache_path)):
-                self.disable()
-                return
+        except OSError as e:  # why: a full disk or a directory that became read-only: keep the code in memory
+            warn_once(f"unwritable:{self._cache_path}", f"popjit could not save machine code in {self._cache_path} "
+                      f"({e.strerror or e}); this function compiles in memory from now on.")
+            self.disable()
+        except Exception as e:  # why: a damaged index (saving reads it first): start the entry again
             self._discard(e)
             with contextlib.suppress(Exception):
                 super().save_overload(sig, data)
@@ -194,19 +195,23 @@ class SafeFunctionCache(caching.FunctionCache):
                   f"({type(error).__name__}: {error}); it was deleted and the code is compiled again.")
 
 
+_cache_dir_lock = threading.Lock()  # why: Numba's locator reads a process-wide setting
+
+
 def _attach_cache(dispatcher: Any) -> None:
     """Give ``dispatcher`` popjit's robust on-disk cache in :func:`machine_code_dir`, if it is usable."""
     directory = machine_code_dir()
     if not usable_dir(directory):
         return
-    saved = numba_config.CACHE_DIR
-    numba_config.CACHE_DIR = str(directory)
-    try:
-        dispatcher._cache = SafeFunctionCache(dispatcher.py_func)
-    except RuntimeError:  # why: Numba found no locator (a function without a source file): stay in memory
-        pass
-    finally:
-        numba_config.CACHE_DIR = saved
+    with _cache_dir_lock:
+        saved = numba_config.CACHE_DIR
+        numba_config.CACHE_DIR = str(directory)
+        try:
+            dispatcher._cache = SafeFunctionCache(dispatcher.py_func)
+        except RuntimeError:  # why: Numba found no locator (a function without a source file): stay in memory
+            pass
+        finally:
+            numba_config.CACHE_DIR = saved
 
 
 def codelet(fn: Callable | None = None, **extra: Any) -> Any:
