@@ -30,8 +30,17 @@ class Strategy(Protocol):
         """Whether ``iter(dataset)`` inside the scope gives an infeed iterator."""
         ...
 
-    def dataset_iterator(self, dataset: Any) -> Any:
-        """The infeed iterator ``iter(dataset)`` gives inside the scope."""
+    def dataset_iterator(self, dataset: Any, **options: Any) -> Any:
+        """The infeed iterator ``iter(dataset)`` gives inside the scope (``options``: the infeed's, such as
+        ``prefetch_depth``)."""
+        ...
+
+    def outfeed(self, mode: str, **options: Any) -> Any:
+        """A new outfeed queue: ``mode`` ``"all"`` keeps every enqueued value, ``"last"`` the last one."""
+        ...
+
+    def run(self, fn: Any, args: Any = (), kwargs: Any = None) -> Any:
+        """Run ``fn`` as one program on the strategy's IPU device."""
         ...
 
     def scope(self) -> contextlib.AbstractContextManager[Any]:

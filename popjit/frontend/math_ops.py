@@ -29,6 +29,7 @@ __all__ = [
     "cos",
     "cumsum",
     "divide",
+    "divide_no_nan",
     "elu",
     "equal",
     "erf",
@@ -213,6 +214,18 @@ def truediv(x: Any, y: Any, name: str | None = None) -> Tensor:
 
 divide = truediv
 realdiv = _binary("div")
+
+
+def divide_no_nan(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x / y``, and 0 where ``y`` is 0 (``tf.math.divide_no_nan``; its gradient is 0 there too)."""
+    a, b = convert_pair(x, y)
+    zero = apply_op("equal", [b, _t(0, dtype=b.dtype)])
+    safe = apply_op("select", [zero, _t(1, dtype=b.dtype), b])
+    quotient = truediv(a, safe)
+    return apply_op("select", [zero, _t(0, dtype=quotient.dtype), quotient])
+
+
+div_no_nan = divide_no_nan
 
 
 def pow(x: Any, y: Any, name: str | None = None) -> Tensor:

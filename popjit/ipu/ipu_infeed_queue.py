@@ -105,6 +105,16 @@ class IPUInfeedQueue:
             ) from None
         return [np.asarray(a) for a in nest.flatten(batch)]
 
+    def _rebind(self, dataset: Any) -> None:
+        """Feed from ``dataset`` (of the same element structure) from now on, so programs compiled for this
+        infeed are reused with new data (Keras does this for each ``fit``)."""
+        specs, tree = nest.flatten_with_tree(dataset.element_spec)
+        if tree != self._tree or [(tuple(_spec_shape(s)), dtypes.as_dtype(s.dtype)) for s in specs] != \
+                [(a.shape, a.dtype) for a in self._avals]:
+            raise ValueError("The new dataset's elements differ from the infeed's.")
+        self._dataset = dataset
+        self._iterator = None
+
     # -- the program side ------------------------------------------------------------------------
     def get_next(self) -> Any:
         raise ValueError("`get_next()` is now obsolete as the IPUInfeedQueue is now automatically dequeued by the "

@@ -31,6 +31,7 @@ from popjit.frontend.function import ConcreteFunction, Function
 from popjit.frontend.tensor import Tensor
 from popjit.frontend.tracing import current_trace
 from popjit.ipu.ipu_infeed_queue import IPUOwnedIterator
+from popjit.ipu.ipu_outfeed_queue import IPUOutfeedMode, IPUOutfeedQueue
 from popjit.ir.graph import Aval
 from popjit.runtime.device import canonical, ipu_ordinal
 
@@ -114,9 +115,13 @@ class IPUStrategyV1:
         with context.strategy_scope(self):
             yield self
 
-    def dataset_iterator(self, dataset: Any) -> IPUOwnedIterator:
+    def dataset_iterator(self, dataset: Any, **options: Any) -> IPUOwnedIterator:
         """What ``iter(dataset)`` gives inside the scope: an infeed-backed iterator."""
-        return IPUOwnedIterator(dataset)
+        return IPUOwnedIterator(dataset, **options)
+
+    def outfeed(self, mode: str, **options: Any) -> IPUOutfeedQueue:
+        """A new outfeed (``"all"`` or ``"last"``), for code below the ``ipu`` layer (Keras)."""
+        return IPUOutfeedQueue(IPUOutfeedMode.LAST if mode == "last" else IPUOutfeedMode.ALL, **options)
 
     # -- running -----------------------------------------------------------------------------------
     def run(self, fn: Any, args: Any = (), kwargs: Any = None, options: Any = None) -> Any:

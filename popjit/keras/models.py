@@ -10,17 +10,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from popjit.errors import missing_api
 from popjit.frontend import api as tf
-from popjit.keras import backend, losses, optimizers
+from popjit.keras import backend
 from popjit.keras.base_layer import Layer, _dedup, as_shape_tuple
 from popjit.keras.keras_tensor import InputLayer, KerasTensor, Node, infer_output_signature
 from popjit.keras.layers import deserialize, serialize
 from popjit.keras.summary import print_summary
+from popjit.keras.training import TrainingAPI
 
 _MODEL_KWARGS = frozenset({"trainable", "dtype", "dynamic", "name", "autocast"})
 
+#: Keras's and Graphcore's Model methods popjit does not provide yet: UnimplementedError, not AttributeError.
+_MISSING_METHODS = frozenset({
+    "save", "save_weights", "load_weights", "to_json", "to_yaml", "make_train_function", "make_test_function",
+    "make_predict_function", "set_pipelining_options", "set_gradient_accumulation_options",
+    "get_pipeline_stage_assignment", "set_pipeline_stage_assignment", "reset_pipeline_stage_assignment",
+    "print_pipeline_stage_assignment_summary", "set_replication_options", "export_for_ipu_serving",
+})
 
-class Model(Layer):
+
+class Model(TrainingAPI, Layer):
     """A trainable network: ``Model(inputs, outputs)`` from ``tf.keras.Input`` tensors (functional), or a
     subclass that creates layers in ``__init__`` and uses them in ``call``."""
 
@@ -40,7 +50,10 @@ class Model(Layer):
         self._nodes: list[Node] = []
         self._layer_list: list[Layer] = []
         self.optimizer: Any = None
-        self._predict_fn: Any = None
+        self.stop_training = False
+        self._is_compiled = False
+        self._functions: dict[Any, Any] = {}
+        self._steps_per_execution = 1
         if inputs is not None:
             self._init_graph_network(inputs, outputs)
 
@@ -229,37 +242,10 @@ class Model(Layer):
     def get_config(self) -> dict[str, Any]:
         raise NotImplementedError("get_config is implemented for Sequential models and layers only.")
 
-    # -- Keras's training API -------------------------------------------------------------------------
-    def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None, **kwargs: Any) -> None:
-        """Remember an optimizer and a loss (for ``predict`` and custom loops; ``fit`` is not provided)."""
-        self.optimizer = optimizers.get(optimizer)
-        self.loss = losses.get(loss) if loss is not None else None
-        self.compiled_metrics = metrics
-
-    def fit(self, *args: Any, **kwargs: Any) -> Any:
-        raise tf.errors.UnimplementedError(
-            "Model.fit is not implemented by popjit yet. Write the training step with tf.GradientTape and "
-            "optimizer.apply_gradients inside a tf.function with a `for _ in tf.range(n)` loop (as in the IPU "
-            "guide's on-device loop example) and run it with strategy.run.")
-
-    def evaluate(self, *args: Any, **kwargs: Any) -> Any:
-        raise tf.errors.UnimplementedError(
-            "Model.evaluate is not implemented by popjit yet. Compute the loss of model(x, training=False) in a "
-            "tf.function instead.")
-
-    def predict(self, x: Any, batch_size: int | None = None, verbose: int = 0, steps: Any = None,
-                **kwargs: Any) -> Any:
-        """The model's outputs for ``x`` (a NumPy array or tensor), computed by a compiled function per batch."""
-        import numpy as np
-
-        if self._predict_fn is None:
-            # a model built in an IPU strategy's scope predicts with an IPU program, as on the IPU; others
-            # with a host program, as stock Keras does on the CPU
-            self._predict_fn = tf.function(lambda t: self(t, training=False), jit_compile=self._strategy is not None)
-        data = np.asarray(x)
-        size = batch_size or 32
-        outs = [self._predict_fn(data[i:i + size]) for i in range(0, len(data), size)]
-        return tf.nest.map_structure(lambda *parts: np.concatenate([np.asarray(p) for p in parts]), *outs)
+    def __getattr__(self, name: str) -> Any:
+        if name in _MISSING_METHODS:
+            raise missing_api("tf.keras.Model", name)
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         out = super().__call__(*args, **kwargs)

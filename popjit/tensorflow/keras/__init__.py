@@ -6,12 +6,15 @@ from popjit.keras.models import Model, Sequential  # noqa: F401
 from popjit.tensorflow.keras import (  # noqa: F401
     activations,
     backend,
+    callbacks,
     datasets,
     initializers,
     layers,
     losses,
+    metrics,
     models,
     optimizers,
+    utils,
 )
 
 __version__ = "2.6.0"
