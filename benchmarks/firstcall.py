@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 COMPILERS = ("popjit", "tensorflow", "jax")
-SIZES = ("n", "iters", "m", "k", "batch", "h1", "h2", "steps")  # the size arguments of the workloads
+SIZES = ("n", "iters", "m", "k", "batch", "h1", "h2", "steps", "model")  # the size arguments of the workloads
 ROOT = Path(__file__).resolve().parent.parent
 # Run by ``python -c`` from a temporary directory: appending ROOT (rather than running from it) keeps an
 # installed popjit (asv's environment) ahead of the source tree, while ``benchmarks`` still resolves.
@@ -88,7 +88,7 @@ def cold_and_warm(framework: str, workload: str, sizes: dict[str, int] | None = 
 def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="benchmarks.firstcall", description="Time one first call in a fresh process.")
     p.add_argument("framework", choices=COMPILERS)
-    p.add_argument("workload", choices=["chain", "matmul", "train"])
+    p.add_argument("workload", choices=["chain", "matmul", "train", "keras"])
     for size in SIZES:
         p.add_argument(f"--{size}", type=int)
     p.add_argument("--repeat", type=int, default=3, help="steady-state calls timed after the first")

@@ -1,7 +1,7 @@
 """The ``popjit`` command (also ``python -m popjit``).
 
     popjit devices              the virtual IPU system: IPUs, tiles, memory per tile, clock, workers
-    popjit demo                 the user guide's first example, then a compiled on-device loop, every stage shown
+    popjit demo                 Keras fit of a small CNN on handwritten digits inside IPUStrategy, with IPU estimates
     popjit cache [list|clear]   the on-disk code cache under POPJIT_CACHE_DIR
     popjit run script.py [args]  an unmodified IPU TensorFlow script, `tensorflow` resolving to popjit
     popjit --version
@@ -15,8 +15,6 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +23,7 @@ from typing import Any
 import numpy as np
 
 import popjit
-from popjit import config, errors, runner
+from popjit import config, demo, errors, runner
 from popjit.flags import poplar_flags
 from popjit.kernels.jit import cache_root, fingerprint
 from popjit.runtime import device as devices
@@ -101,137 +99,10 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 # -- demo ----------------------------------------------------------------------------------------------
 
-# The embedded example, in two parts run in one namespace. Each part is written to a file and run
-# from there (as `popjit run` will run a script), so autograph sees user code it can convert.
-DEMO_USER_GUIDE = """\
-import numpy as np
-import popjit.tensorflow as tf
-from popjit.tensorflow.python import ipu
-
-# Configure the IPU device.
-config = ipu.config.IPUConfig()
-config.auto_select_ipus = 1
-config.configure_ipu_system()
-
-a = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
-b = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
-
-
-@tf.function(jit_compile=True)
-def matmul_fn(x, y):
-  z = tf.matmul(x, y)
-  return z
-
-
-strategy = ipu.ipu_strategy.IPUStrategy()
-with strategy.scope():
-  c = strategy.run(matmul_fn, args=(a, b))
-print(c)
-
-with tf.device('/device:IPU:0'):
-  c_eager = tf.matmul(a, b)
-print(c_eager)
-"""
-
-DEMO_LOOP = """\
-STEPS = 100
-
-
-@tf.function(jit_compile=True)
-def loop(x, w):
-  for _ in tf.range(STEPS):
-    x = tf.tanh(tf.matmul(x, w) + 0.1) * tf.sigmoid(x) - 0.5 * x
-  return x
-
-
-rng = np.random.default_rng(0)
-x = rng.uniform(-1, 1, (16, 64)).astype(np.float32)
-w = (rng.uniform(-1, 1, (64, 64)) / 8).astype(np.float32)
-with strategy.scope():
-  y = strategy.run(loop, args=(x, w))
-"""
-
-DEMO_EXPECTED = np.array([[22.0, 28.0], [49.0, 64.0]], dtype=np.float32)
-
-
-def _heading(title: str) -> None:
-    print(f"\n== {title} " + "=" * max(0, 76 - len(title)), flush=True)
-
-
-def run_part(source: str, path: Path, namespace: dict[str, Any]) -> float:
-    """Write ``source`` to ``path`` and run it in ``namespace``; returns the seconds it took."""
-    path.write_text(source)
-    code = compile(source, str(path), "exec")
-    t0 = time.perf_counter()
-    exec(code, namespace)
-    return time.perf_counter() - t0
-
-
-def demo_loop_reference(x: np.ndarray, w: np.ndarray, steps: int) -> np.ndarray:
-    """The demo loop in NumPy (float64)."""
-    x, w = x.astype(np.float64), w.astype(np.float64)
-    for _ in range(steps):
-        x = np.tanh(x @ w + 0.1) / (1 + np.exp(-x)) - 0.5 * x
-    return x
-
-
-def best_call_seconds(ns: dict[str, Any], repeat: int = 20) -> float:
-    """The best of ``repeat`` further calls of the demo loop (compiled, cached)."""
-    best = float("inf")
-    with ns["strategy"].scope():
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            ns["strategy"].run(ns["loop"], args=(ns["x"], ns["w"])).numpy()
-            best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def print_stages(exe: Any) -> None:
-    """The compiled loop's graph IR, loop IR and tile schedule."""
-    _heading("graph IR (after the graph passes)")
-    print(exe.as_text("graph"))
-    _heading("loop IR")
-    print(exe.as_text("loop"))
-    _heading("tile schedule on the virtual IPU")
-    print(exe.as_text("schedule"))
-
-
-def print_timing(ns: dict[str, Any], first_s: float, call_s: float, exe: Any) -> float:
-    """Result, error against NumPy and timings of the loop; returns the max abs error."""
-    steps = ns["STEPS"]
-    y = ns["y"].numpy()
-    err = float(np.max(np.abs(y - demo_loop_reference(ns["x"], ns["w"], steps))))
-    _heading("result and timing")
-    print(f"y[0, :4] = {np.array2string(y[0, :4], precision=5)}   max |error| vs NumPy: {err:.2g}")
-    print(f"first call   {first_s:.3f} s  (trace + compile + run; machine code is cached in {cache_root()})")
-    print(f"each call    {call_s * 1e3:.3f} ms on this CPU (best of 20), {call_s / steps * 1e6:.2f} us per loop step")
-    sched = exe.schedule
-    if hasattr(sched, "seconds"):
-        print(f"on an IPU    {sched.total_cycles:,} cycles = {sched.seconds * 1e6:,.1f} us estimated "
-              f"at {sched.target.clock_hz / 1e9:.2f} GHz")
-    return err
-
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """``popjit demo``: the user guide's matmul two ways, then a compiled on-device loop, every stage shown."""
-    t0 = time.perf_counter()
-    ns: dict[str, Any] = {"__name__": "__popjit_demo__"}
-    with tempfile.TemporaryDirectory(prefix="popjit-demo-") as tmp:
-        _heading("Graphcore user guide 3.2.1-3.2.2: matmul through IPUStrategy.run, then eagerly")
-        print(DEMO_USER_GUIDE)
-        print("--- output ---", flush=True)
-        run_part(DEMO_USER_GUIDE, Path(tmp) / "user_guide.py", ns)
-        _heading("an on-device loop: one compiled program, a native loop inside")
-        print(DEMO_LOOP, flush=True)
-        first = run_part(DEMO_LOOP, Path(tmp) / "on_device_loop.py", ns)
-        call = best_call_seconds(ns)
-        exe = ns["loop"].get_concrete_function(ns["x"], ns["w"]).executable("/device:IPU:0")
-    print_stages(exe)
-    err = print_timing(ns, first, call, exe)
-    ok = np.array_equal(ns["c"].numpy(), DEMO_EXPECTED) and np.array_equal(ns["c_eager"].numpy(), DEMO_EXPECTED)
-    ok = ok and err < 1e-4
-    print(f"\ndemo {'finished' if ok else 'FAILED: a result differs from NumPy'} in {time.perf_counter() - t0:.1f} s")
-    return 0 if ok else 1
+    """``popjit demo``: see :mod:`popjit.demo`."""
+    return demo.main()
 
 
 # -- cache ---------------------------------------------------------------------------------------------
@@ -337,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--tiles-per-ipu", type=int, default=0, help="shrink each IPU to this many tiles")
     d.set_defaults(func=cmd_devices)
 
-    sub.add_parser("demo", help="run the embedded example and show every compiler stage").set_defaults(func=cmd_demo)
+    demo_help = "train a small Keras CNN on a virtual IPU and report its estimates"
+    sub.add_parser("demo", help=demo_help).set_defaults(func=cmd_demo)
 
     c = sub.add_parser("cache", help="list or clear the on-disk code cache (POPJIT_CACHE_DIR)")
     c.set_defaults(func=cmd_cache_list, verbose=False)

@@ -17,8 +17,6 @@ import pytest
 
 import popjit
 
-MATRIX = re.compile(r"\[\[22\.\s+28\.\]\s*\n?\s*\[49\.\s+64\.\]\]")
-
 
 def console_script() -> str:
     """The installed ``popjit`` script (beside this Python, or on PATH)."""
@@ -105,16 +103,24 @@ def test_describe_system_lists_configured_devices() -> None:
     assert "1472 tiles" in text
 
 
-def test_demo_prints_the_user_guide_matrix_and_every_stage(demo) -> None:
+def test_demo_trains_the_digits_cnn_and_reports_the_ipu_estimates(demo) -> None:
     r, _ = demo
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert len(MATRIX.findall(r.stdout)) == 2, r.stdout[:3000]
-    for heading in ("graph IR", "loop IR", "tile schedule", "result and timing"):
-        assert f"== {heading}" in r.stdout
-    assert re.search(r"while\[[^\]]*trip_count=100", r.stdout)
-    assert "repeat 100" in r.stdout
-    assert re.search(r"first call\s+\d+\.\d+ s", r.stdout)
-    assert re.search(r"on an IPU\s+[\d,]+ cycles", r.stdout)
+    assert "tf.keras.layers.Conv2D(32, 3" in r.stdout  # the script is shown
+    epochs = re.findall(r"^Epoch (\d+)/10$", r.stdout, re.M)
+    assert epochs == [str(e) for e in range(1, 11)]
+    assert len(re.findall(r"^45/45 \[=+\] - .*loss: [\d.]+ - accuracy: [\d.]+$", r.stdout, re.M)) == 10
+    losses = [float(v) for v in re.findall(r"^45/45 .* - loss: ([\d.]+)", r.stdout, re.M)]
+    assert losses[-1] < losses[0] / 5
+    accuracy = float(re.search(r"test accuracy\s+([\d.]+) on 320 unseen digits", r.stdout).group(1))
+    assert accuracy >= 0.95
+    step = re.search(r"on an IPU \(estimate\)\s+([\d,.]+) us per training step: one program of 5 steps is "
+                     r"([\d,]+) cycles", r.stdout)
+    assert step, r.stdout[-3000:]
+    per_step_us, cycles = float(step.group(1).replace(",", "")), int(step.group(2).replace(",", ""))
+    assert per_step_us == pytest.approx(cycles / 5 / 1.33e3, rel=0.01)
+    assert re.search(r"peak tile memory: [\d,]+ B on tile \d+ \([\d.]+% of 638,976 B\)", r.stdout)
+    assert re.search(r"memory by category .*vertexCode [\d,]+/[\d,]+", r.stdout)
     assert "demo finished" in r.stdout
 
 

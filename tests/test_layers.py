@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("compat", ("popjit.compat",)),
     ("ipu", ("popjit.ipu",)),
     ("tensorflow facade", ("popjit.tensorflow",)),
-    ("entry points", ("popjit.runner", "popjit.cli", "popjit.__main__")),
+    ("entry points", ("popjit.runner", "popjit.demo", "popjit.cli", "popjit.__main__")),
 ]
 
 #: Imports that go up a layer on purpose: (importer, imported) -> why.

@@ -150,7 +150,7 @@ class ConcreteFunction:
         outs = exe.run(args, variables, streams.FEEDS)
         ordinal = devices.ipu_ordinal(device)
         if ordinal is not None:
-            devices.get_device(ordinal).executions += 1
+            devices.get_device(ordinal).record_run(exe)
         results = [Tensor.eager(o, device) for o in outs]
         leaves_out = [results[v] if kind == "result" else v for kind, v in self.out_spec]
         return nest.unflatten(self.out_tree, leaves_out)

@@ -82,3 +82,11 @@ def unsorted_segment_sum(data: Any, segment_ids: Any, num_segments: Any, name: s
     i = _indices(segment_ids)
     n = int(_static_scalar(num_segments, "num_segments", "UnsortedSegmentSum"))
     return apply_op("unsorted_segment_sum", [d, i], num_segments=n, batch_dims=int(batch_dims))
+
+
+def dynamic_update_slice(operand: Any, update: Any, begin: Any) -> Tensor:
+    """``operand`` with ``update`` written at the run-time position ``begin`` (one index per axis;
+    XLA's DynamicUpdateSlice, clamped into range). Not a TensorFlow name: Keras's recurrent layers and
+    the gradient rules of loops use it."""
+    return apply_op("dynamic_update_slice", [convert_to_tensor(operand), convert_to_tensor(update),
+                                             convert_to_tensor(begin)])

@@ -315,6 +315,22 @@ class _GradOps:
         return array_ops.reshape(summed, shape)
 
     @staticmethod
+    def extract_patches_nd(x: Tensor, *args: Any) -> Tensor:
+        """Every window of ``x`` (:mod:`popjit.ops.conv`)."""
+        # why: conv_ops is built on this module (it uses custom_gradient)
+        from popjit.frontend import conv_ops
+
+        return conv_ops.extract_patches_nd(x, *args)
+
+    @staticmethod
+    def patches_transpose(ct: Tensor, *args: Any) -> Tensor:
+        """The transpose of :meth:`extract_patches_nd` (col2im)."""
+        # why: conv_ops is built on this module (it uses custom_gradient)
+        from popjit.frontend import conv_ops
+
+        return conv_ops.patches_transpose(ct, *args)
+
+    @staticmethod
     def shape_of(x: Tensor) -> tuple[int, ...]:
         return tuple(x.shape.as_list())
 
@@ -336,10 +352,10 @@ class _GradOps:
     @staticmethod
     def dynamic_update_slice(operand: Tensor, update: Tensor, begin: Tensor) -> Tensor:
         """``operand`` with ``update`` written at the run-time position ``begin``."""
-        # why: tracing is built on this module (importing it at the top would be circular)
-        from popjit.frontend.tracing import apply_op
+        # why: gather_ops is built on this module (importing it at the top would be circular)
+        from popjit.frontend.gather_ops import dynamic_update_slice
 
-        return apply_op("dynamic_update_slice", [operand, update, begin])
+        return dynamic_update_slice(operand, update, begin)
 
     @staticmethod
     def dynamic_slice(operand: Tensor, begin: Tensor, size: tuple[int, ...]) -> Tensor:

@@ -46,7 +46,7 @@ class Variable:
         if init.is_symbolic:
             raise ValueError("A tf.Variable cannot be initialised from a symbolic tensor inside a tf.function; "
                              "create variables outside the traced function.")
-        value = np.array(init.numpy(), copy=True)
+        value = np.array(init.numpy(), copy=True, order="C")  # engines read and write C-ordered buffers in place
         self._id = next(_ids)
         self._name = (name or "Variable").split(":")[0]
         self._trainable = bool(trainable)
@@ -66,6 +66,11 @@ class Variable:
     @property
     def dtype(self) -> dtypes.DType:
         return self._ref.aval.dtype
+
+    @property
+    def constraint(self) -> Any:
+        """The projection optimizers apply after updating this variable (None: none)."""
+        return self._constraint
 
     @property
     def shape(self) -> TensorShape:

@@ -78,10 +78,7 @@ def relu6(x: Any) -> Any:
 
 def leaky_relu(x: Any, alpha: float = 0.2) -> Any:
     """``x`` for positive values, ``alpha * x`` otherwise."""
-    x = _x(x)
-    if alpha <= 1:
-        return tf.maximum(x, x * alpha)
-    return tf.minimum(x, x * alpha)
+    return tf.nn.leaky_relu(_x(x), alpha)
 
 
 def elu(x: Any, alpha: float = 1.0) -> Any:
@@ -134,8 +131,7 @@ def exponential(x: Any) -> Any:
 
 def swish(x: Any) -> Any:
     """``x * sigmoid(x)`` (also called SiLU)."""
-    x = _x(x)
-    return x * tf.nn.sigmoid(x)
+    return tf.nn.silu(_x(x))
 
 
 silu = swish

@@ -58,6 +58,15 @@ def image_data_format() -> str:
     return _IMAGE_DATA_FORMAT
 
 
+def normalize_data_format(data_format: str | None) -> str:
+    """A layer's ``data_format`` (None: :func:`image_data_format`), checked."""
+    value = image_data_format() if data_format is None else str(data_format).lower()
+    if value not in ("channels_last", "channels_first"):
+        raise ValueError(f'The `data_format` argument must be one of "channels_first", "channels_last". '
+                         f"Received: {data_format}")
+    return value
+
+
 def set_image_data_format(data_format: str) -> None:
     """Set the default image data format."""
     global _IMAGE_DATA_FORMAT
@@ -167,10 +176,11 @@ def strategy_scope(strategy: Any) -> Iterator[None]:
         yield
 
 
-def make_variable(value: np.ndarray, name: str, trainable: bool, strategy: Any = None) -> tf.Variable:
+def make_variable(value: np.ndarray, name: str, trainable: bool, strategy: Any = None,
+                  constraint: Any = None) -> tf.Variable:
     """A ``tf.Variable`` holding ``value``, on the device of ``strategy`` (or the current one)."""
     with strategy_scope(strategy):
-        return tf.Variable(value, trainable=trainable, name=name)
+        return tf.Variable(value, trainable=trainable, name=name, constraint=constraint)
 
 
 # -- the training flag and name scopes of nested calls ----------------------------------------------
@@ -180,6 +190,11 @@ def current_training() -> Any:
         if value is not None:
             return value
     return None
+
+
+def call_depth() -> int:
+    """How many layer calls enclose this point (0 outside any)."""
+    return len(_scopes.items("training"))
 
 
 def call_context(training: Any) -> contextlib.AbstractContextManager[None]:

@@ -11,13 +11,13 @@ of the model's graph instead of computing.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from popjit.frontend import api as tf
-from popjit.keras import backend, initializers
+from popjit.keras import backend, constraints, initializers, regularizers
 
 _LAYER_KWARGS = frozenset({"input_dim", "input_shape", "batch_input_shape", "batch_size", "weights",
                            "activity_regularizer", "autocast", "implementation"})
@@ -78,6 +78,9 @@ class Layer:
         self._initial_weights = kwargs.get("weights")
         self._batch_input_shape = self._batch_shape_from(kwargs)
         self._call_spec = _CallSpec(type(self).call)
+        self._callable_losses: list[Callable[[], Any]] = []  # weight penalties, evaluated when read
+        self._call_losses: list[Any] = []  # added during the last outermost call
+        self.activity_regularizer = regularizers.get(kwargs.get("activity_regularizer"))
 
     @staticmethod
     def _batch_shape_from(kwargs: dict[str, Any]) -> tuple[int | None, ...] | None:
@@ -194,8 +197,28 @@ class Layer:
 
     @property
     def losses(self) -> list[Any]:
-        """Regularisation losses (popjit's layers add none)."""
-        return []
+        """The losses of this layer and its nested layers: weight penalties (computed now, so inside a
+        traced step they are part of it) and the losses added by the last call (``add_loss``, activity
+        penalties)."""
+        out: list[Any] = []
+        for layer in [self, *self._flatten_layers()]:
+            out += [fn() for fn in layer._callable_losses] + list(layer._call_losses)
+        return out
+
+    def add_loss(self, losses: Any, inputs: Any = None) -> None:
+        """Add a loss to :attr:`losses`: a tensor computed in ``call`` (kept until the next outermost
+        call), or a zero-argument callable evaluated whenever the losses are read."""
+        for loss in tf.nest.flatten(losses):
+            if loss is None:
+                continue
+            if callable(loss):
+                self._callable_losses.append(loss)
+            else:
+                self._call_losses.append(tf.convert_to_tensor(loss))
+
+    def _clear_call_losses(self) -> None:
+        for layer in [self, *self._flatten_layers()]:
+            layer._call_losses = []
 
     @property
     def input_shape(self) -> Any:
@@ -223,8 +246,12 @@ class Layer:
         value = backend.host_value(init, shape, dtype=dt)
         trainable = True if trainable is None else bool(trainable)
         full_name = f"{backend.name_scope_prefix()}{self.name}/{name or 'Variable'}"
-        var = backend.make_variable(value.astype(dt.np, copy=False), full_name, trainable, self._strategy)
+        var = backend.make_variable(value.astype(dt.np, copy=False), full_name, trainable, self._strategy,
+                                    constraints.get(constraint))
         (self._trainable_weights if trainable else self._non_trainable_weights).append(var)
+        penalty = regularizers.get(regularizer)
+        if penalty is not None:
+            self._callable_losses.append(lambda: penalty(var))
         return var
 
     def get_weights(self) -> list[np.ndarray]:
@@ -309,6 +336,8 @@ class Layer:
         if args:
             args, kwargs = self._call_spec.name_positionals(args, kwargs)
         training = self._resolve_training(kwargs)
+        if backend.call_depth() == 0:
+            self._clear_call_losses()
         with backend.call_context(training):
             self._maybe_build(tf.nest.map_structure(lambda t: tuple(t.shape), inputs))
             inputs = self._autocast_inputs(inputs)
@@ -316,7 +345,16 @@ class Layer:
                 kwargs["training"] = training
             call = self.call if tf.executing_eagerly() else tf.autograph.to_graph(self.call)
             with backend.name_scope(self.name if self._scopes_sublayers else None):
-                return call(inputs, *args, **kwargs)
+                outputs = call(inputs, *args, **kwargs)
+        if self.activity_regularizer is not None:
+            self._add_activity_penalty(outputs)
+        return outputs
+
+    def _add_activity_penalty(self, outputs: Any) -> None:
+        """Keras's activity regularization: the penalty of each output over its batch size."""
+        for out in tf.nest.flatten(outputs):
+            batch = tf.cast(tf.shape(out)[0], out.dtype)
+            self._call_losses.append(self.activity_regularizer(out) / batch)
 
     def _resolve_training(self, kwargs: dict[str, Any]) -> Any:
         """The ``training`` flag of this call: given, else the enclosing call's, else the default."""

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from popjit.frontend import api as tf
-from popjit.keras import activations, backend, initializers
+from popjit.keras import activations, backend, constraints, initializers, regularizers
 from popjit.keras.base_layer import Layer, as_shape_tuple
 from popjit.keras.keras_tensor import Input, InputLayer, KerasTensor, infer_output_signature  # noqa: F401
 
@@ -17,6 +17,16 @@ __all__ = [
     "ELU", "Activation", "Add", "Average", "Concatenate", "Dense", "Dropout", "Flatten", "Input", "InputLayer",
     "Lambda", "Layer", "LeakyReLU", "Maximum", "Minimum", "Multiply", "ReLU", "Reshape", "Softmax", "Subtract",
 ]
+
+
+def weight_options_config(layer: Layer, prefixes: tuple[str, ...] = ("kernel", "bias")) -> dict[str, Any]:
+    """The ``*_regularizer`` and ``*_constraint`` entries of a layer's config (and its activity penalty)."""
+    config: dict[str, Any] = {}
+    for prefix in prefixes:
+        config[f"{prefix}_regularizer"] = regularizers.serialize(getattr(layer, f"{prefix}_regularizer"))
+        config[f"{prefix}_constraint"] = constraints.serialize(getattr(layer, f"{prefix}_constraint"))
+    config["activity_regularizer"] = regularizers.serialize(layer.activity_regularizer)
+    return config
 
 
 def _prod(dims: Any) -> int | None:
@@ -34,7 +44,7 @@ class Dense(Layer):
                  kernel_regularizer: Any = None, bias_regularizer: Any = None,
                  activity_regularizer: Any = None, kernel_constraint: Any = None, bias_constraint: Any = None,
                  **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(activity_regularizer=activity_regularizer, **kwargs)
         units = int(units)
         if units <= 0:
             raise ValueError(f"Received an invalid value for `units`, expected a positive integer, got {units}.")
@@ -43,8 +53,10 @@ class Dense(Layer):
         self.use_bias = bool(use_bias)
         self.kernel_initializer = initializers.get(kernel_initializer)
         self.bias_initializer = initializers.get(bias_initializer)
-        self.kernel_regularizer, self.bias_regularizer = kernel_regularizer, bias_regularizer
-        self.kernel_constraint, self.bias_constraint = kernel_constraint, bias_constraint
+        self.kernel_regularizer = regularizers.get(kernel_regularizer)
+        self.bias_regularizer = regularizers.get(bias_regularizer)
+        self.kernel_constraint = constraints.get(kernel_constraint)
+        self.bias_constraint = constraints.get(bias_constraint)
         self.kernel: tf.Variable | None = None
         self.bias: tf.Variable | None = None
 
@@ -56,9 +68,11 @@ class Dense(Layer):
         if not shape or shape[-1] is None:
             raise ValueError("The last dimension of the inputs to `Dense` should be defined. Found `None`.")
         self.kernel = self.add_weight("kernel", shape=(shape[-1], self.units), initializer=self.kernel_initializer,
+                                      regularizer=self.kernel_regularizer, constraint=self.kernel_constraint,
                                       dtype=dtype, trainable=True)
         if self.use_bias:
             self.bias = self.add_weight("bias", shape=(self.units,), initializer=self.bias_initializer, dtype=dtype,
+                                        regularizer=self.bias_regularizer, constraint=self.bias_constraint,
                                         trainable=True)
         self._build_input_shape = input_shape
         self.built = True
@@ -89,9 +103,7 @@ class Dense(Layer):
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "units": self.units, "activation": activations.serialize(self.activation),
                 "use_bias": self.use_bias, "kernel_initializer": initializers.serialize(self.kernel_initializer),
-                "bias_initializer": initializers.serialize(self.bias_initializer), "kernel_regularizer": None,
-                "bias_regularizer": None, "activity_regularizer": None, "kernel_constraint": None,
-                "bias_constraint": None}
+                "bias_initializer": initializers.serialize(self.bias_initializer), **weight_options_config(self)}
 
 
 class Flatten(Layer):
@@ -158,11 +170,7 @@ class Dropout(Layer):
         return [s if n is None else int(n) for n, s in zip(self.noise_shape, shape)]
 
     def _dropped(self, x: Any) -> Any:
-        rate = float(self.rate)
-        if rate >= 1:
-            raise ValueError(f"rate must be a scalar tensor or a float in the range [0, 1), got {rate}")
-        keep = tf.random.uniform(self._noise_shape(x), seed=self.seed, dtype=x.dtype) >= rate
-        return x * (1.0 / (1.0 - rate)) * tf.cast(keep, x.dtype)
+        return tf.nn.dropout(x, self.rate, noise_shape=self._noise_shape(x), seed=self.seed)
 
     def call(self, inputs: Any, training: Any = None) -> Any:
         x = tf.convert_to_tensor(inputs)
@@ -420,12 +428,11 @@ def serialize(layer: Layer) -> dict[str, Any]:
 def deserialize(config: dict[str, Any], custom_objects: dict[str, Any] | None = None) -> Layer:
     """A new layer from a :func:`serialize` dict (models included)."""
     name = config["class_name"]
-    cls = (custom_objects or {}).get(name) or globals().get(name)
-    if cls is None:
-        # why: models is built on this module (importing it at the top would be circular)
-        from popjit.keras import models
+    # why: the registry and models are built on this module (importing them at the top would be circular)
+    from popjit.keras import models
+    from popjit.keras.layer_registry import LAYERS
 
-        cls = getattr(models, name, None)
+    cls = (custom_objects or {}).get(name) or LAYERS.get(name) or getattr(models, name, None)
     if not (isinstance(cls, type) and issubclass(cls, Layer)):
         raise ValueError(f"Unknown layer: {name}. Please ensure this object is passed to the `custom_objects` "
                          "argument.")

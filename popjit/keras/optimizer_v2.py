@@ -250,6 +250,8 @@ class OptimizerV2:
                 if grad.dtype != var.dtype:
                     grad = tf.cast(grad, var.dtype)
                 self._resource_apply_dense(grad, var, states[var.dtype])
+                if var.constraint is not None:
+                    var.assign(var.constraint(var))
         self.iterations.assign_add(np.int64(1))
         return self.iterations
 

@@ -378,6 +378,7 @@ class TrainingAPI:
                 # why: library code is not converted by autograph, so the device loop is built directly
                 control_flow.for_range(0, steps, 1, one_step, [])
 
+            loop.__name__ = f"{mode}_function"  # the program's name, as Keras names these functions
             self._functions[key] = tf.function(loop, jit_compile=True)
         program = self._functions[key]
 

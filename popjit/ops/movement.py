@@ -418,9 +418,19 @@ def _pad_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
             return tuple(_mirror(i - pads[k][0], x.shape[k], mode) if k in padded else i for k, i in enumerate(idx))
 
         return [x.remap(out.shape, mirrored, ("pad",))]
-    fill = Const(node.attrs.get("constant_value", 0), out.dtype)
+    return [pad_constant(x, pads, node.attrs.get("constant_value", 0))]
+
+
+def pad_constant(x: Lazy, pads: Sequence[tuple[int, int]], value: Any) -> Lazy:
+    """``x`` with ``(before, after)`` elements of the constant ``value`` around each axis, fused: a
+    padded element is a select between ``value`` and the clamped load."""
+    shape = tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, pads))
+    fill = Const(value, x.dtype)
     if x.size == 0:
-        return [Lazy(out.shape, out.dtype, lambda idx: fill, None, ("pad",))]
+        return Lazy(shape, x.dtype, lambda idx: fill, None, ("pad",))
+    padded = [k for k, (lo, hi) in enumerate(pads) if lo or hi]
+    if not padded:
+        return x
 
     def build(idx: tuple) -> Any:
         local = [i - pads[k][0] if k in padded else i for k, i in enumerate(idx)]
@@ -430,10 +440,9 @@ def _pad_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
             test = Apply("equal", (IndexValue(clamped, int64), IndexValue(local[k], int64)), bool_)
             inside = test if inside is None else Apply("logical_and", (inside, test), bool_)
             local[k] = clamped
-        value = x.build(tuple(local))
-        return value if inside is None else Apply("select", (inside, value, fill), out.dtype)
+        return Apply("select", (inside, x.build(tuple(local)), fill), x.dtype)
 
-    return [Lazy(out.shape, out.dtype, build, None, (*x.ops, "pad"))]
+    return Lazy(shape, x.dtype, build, None, (*x.ops, "pad"))
 
 
 register(OpDef("pad", MOVEMENT, _pad_infer, _pad_ref, _pad_lower, doc="tf.pad: CONSTANT, REFLECT, SYMMETRIC"))

@@ -26,8 +26,13 @@ from popjit.pipeline import interrupts
 from popjit.schedule import Schedule
 
 
-def device_view(array: np.ndarray, buf: Buffer) -> np.ndarray:
-    """A flat, contiguous view of ``array`` in the engine's storage type (float16 as uint16)."""
+def device_view(array: np.ndarray, buf: Buffer, in_place: bool = False) -> np.ndarray:
+    """A flat, contiguous view of ``array`` in the engine's storage type (float16 as uint16).
+
+    ``in_place``: the engine writes the result into ``array`` (a variable), so it must be a view, not a
+    copy: ``array`` has to be C-contiguous already."""
+    if in_place:
+        assert array.flags.c_contiguous, "a variable's buffer must be C-contiguous: the engine updates it in place"
     flat = np.ascontiguousarray(array).reshape(-1)
     want = storage_dtype(buf.dtype)
     return flat if flat.dtype == want else flat.view(want)
@@ -82,7 +87,7 @@ class Executable:
         outs = [np.empty(b.shape, b.dtype.np) for b in p.outs]
         drained = {b.uid: np.empty(b.shape, b.dtype.np) for b in p.stream_out}
         buffers = [device_view(np.asarray(args[b.binding], dtype=b.dtype.np), b) for b in p.args]
-        buffers += [device_view(variables[b.binding], b) for b in p.variables]
+        buffers += [device_view(variables[b.binding], b, in_place=True) for b in p.variables]
         buffers += self._const_views
         buffers += [device_view(o, b) for o, b in zip(outs, p.outs)]
         buffers += [device_view(fed[b.uid], b) for b in p.stream_in]

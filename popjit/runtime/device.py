@@ -11,6 +11,7 @@ import functools
 import logging
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -55,6 +56,18 @@ def is_ipu_device(name: str) -> bool:
     return ipu_ordinal(name) is not None
 
 
+RECENT_PROGRAMS = 16
+_record_lock = threading.Lock()
+
+
+@dataclass
+class ProgramRuns:
+    """An executable run on a device, and how many times it ran."""
+
+    executable: Any
+    runs: int = 0
+
+
 @dataclass
 class VirtualDevice:
     """``/device:IPU:<ordinal>``: ``num_ipus`` virtual IPUs of one target."""
@@ -65,6 +78,25 @@ class VirtualDevice:
     executions: int = 0
     compilations: int = 0
     first_ipu: int = 0
+    recent_programs: OrderedDict[int, ProgramRuns] = field(default_factory=OrderedDict)
+
+    def record_run(self, executable: Any) -> None:
+        """Count a run of ``executable`` among the device's most recent programs (the last
+        ``RECENT_PROGRAMS`` distinct ones, so the executable cache can still drop old programs)."""
+        self.executions += 1
+        with _record_lock:
+            entry = self.recent_programs.pop(id(executable), None) or ProgramRuns(executable)
+            entry.runs += 1
+            self.recent_programs[id(executable)] = entry
+            while len(self.recent_programs) > RECENT_PROGRAMS:
+                self.recent_programs.popitem(last=False)
+
+    def last_program(self, name: str) -> Any:
+        """The most recently run executable called ``name`` (a ``tf.function``'s name), or None."""
+        for entry in reversed(self.recent_programs.values()):
+            if entry.executable.graph.name == name:
+                return entry.executable
+        return None
 
     @property
     def name(self) -> str:

@@ -69,6 +69,8 @@ class MatMulPlan:
 def _candidates(units: int, limit: int) -> np.ndarray:
     """Splits of ``units`` grains worth trying: every split up to 16, then geometric steps, each
     snapped to the smallest split giving the same per-tile size."""
+    if units <= 0:  # an empty dimension: one (empty) block
+        return np.array([1], dtype=np.int64)
     top = max(1, min(units, limit))
     raw = np.concatenate([np.arange(1, min(top, 16) + 1), np.unique(np.round(1.25 ** np.arange(60)).astype(np.int64)),
                           [top]])

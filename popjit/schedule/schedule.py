@@ -92,10 +92,11 @@ class Schedule:
                 f"{int(self.memory.step_max_bytes[s.index]):>11,}")
         lines.append("program:")
         lines.extend("  " + ln for ln in self.tree.lines())
-        lines.extend(self._totals())
+        lines.extend(self.totals_lines())
         return "\n".join(lines)
 
-    def _totals(self) -> list[str]:
+    def totals_lines(self) -> list[str]:
+        """Three lines: the total cycles and time, the peak tile memory and the memory by category."""
         mem = self.memory
         peak_tile = mem.peak_tile
         oom = self.oom_tiles

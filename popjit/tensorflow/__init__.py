@@ -16,6 +16,7 @@ from popjit.tensorflow import (  # noqa: F401
     data,
     dtypes,
     errors,
+    image,
     keras,
     linalg,
     math,

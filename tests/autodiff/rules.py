@@ -310,6 +310,38 @@ def dynamic_update_slice_cases(draw: Any) -> Case:
 
 
 @st.composite
+def window_geometry(draw: Any) -> tuple[tuple[int, ...], dict[str, Any]]:
+    """An input shape ``[N, *S, C]`` with 1 or 2 spatial axes and a window over it that leaves at
+    least one output position (strides, dilations and paddings drawn per axis)."""
+    spatial = draw(st.integers(1, 2))
+    window, strides, dilations, pads, sizes = [], [], [], [], []
+    for _ in range(spatial):
+        k, r, s = draw(st.integers(1, 3)), draw(st.integers(1, 2)), draw(st.integers(1, 2))
+        lo, hi = draw(st.integers(0, 2)), draw(st.integers(0, 2))
+        size = draw(st.integers(max(1, (k - 1) * r + 1 - lo - hi), 5))
+        window.append(k), strides.append(s), dilations.append(r), pads.append((lo, hi)), sizes.append(size)
+    shape = (draw(st.integers(1, 2)), *sizes, draw(st.integers(1, 2)))
+    return shape, {"window": tuple(window), "strides": tuple(strides), "dilations": tuple(dilations),
+                   "pads": tuple(pads)}
+
+
+@st.composite
+def extract_patches_cases(draw: Any) -> Case:
+    shape, geometry = draw(window_geometry())
+    fill = draw(st.sampled_from([0.0, -2.5]))
+    return Case(lambda x: apply_op("extract_patches", [x], fill=fill, **geometry), (any_values(draw, shape),),
+                note=f"{geometry} fill={fill}")
+
+
+@st.composite
+def patches_transpose_cases(draw: Any) -> Case:
+    shape, geometry = draw(window_geometry())
+    patches = apply_op("extract_patches", [tf.zeros(shape, tf.float32)], **geometry).shape.as_list()
+    return Case(lambda p: apply_op("patches_transpose", [p], spatial=shape[1:-1], **geometry),
+                (any_values(draw, tuple(patches)),), note=f"{geometry} spatial={shape[1:-1]}")
+
+
+@st.composite
 def select_cases(draw: Any) -> Case:
     sc, sx, sy = draw(hnp.mutually_broadcastable_shapes(num_shapes=3, max_dims=3, max_side=3)).input_shapes
     cond = draw(hnp.arrays(np.bool_, sc))
@@ -425,6 +457,8 @@ ROWS: list[Row] = [
     Row("unsorted_segment_sum", ("unsorted_segment_sum",), segment_cases()),
     Row("dynamic_slice", ("dynamic_slice",), dynamic_slice_cases()),
     Row("dynamic_update_slice", ("dynamic_update_slice",), dynamic_update_slice_cases()),
+    Row("extract_patches", ("extract_patches",), extract_patches_cases()),
+    Row("patches_transpose", ("patches_transpose",), patches_transpose_cases()),
 ]
 ROW_BY_NAME = {r.name: r for r in ROWS}
 

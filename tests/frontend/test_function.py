@@ -136,6 +136,22 @@ def test__variable__updated_in_place_by_compiled_code():
     assert step.experimental_get_tracing_count() == 1
 
 
+@pytest.mark.parametrize("jit", [True, None, False], ids=["ipu_program", "host_program", "interpreted"])
+def test__variable_from_a_transposed_array__keeps_compiled_updates(jit):
+    # a Fortran-ordered initial value (a transpose, Keras's orthogonal initializer) once made the engine
+    # update a contiguous copy, and the variable never changed
+    initial = np.arange(6, dtype=np.float32).reshape(2, 3).T
+    v = tf.Variable(initial)
+
+    @tf.function(jit_compile=jit)
+    def step():
+        v.assign_sub(tf.ones_like(v))
+
+    step()
+    step()
+    np.testing.assert_array_equal(v.numpy(), initial - 2)
+
+
 def test__keyword_and_positional_calls__share_one_trace():
     @tf.function
     def f(x, scale=2.0):

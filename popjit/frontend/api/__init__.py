@@ -7,7 +7,7 @@ the ``tf.nn``/``tf.math``/``tf.random``/... sub-namespaces. Keras and ``tf.data`
 
 import builtins as _builtins
 
-from popjit.frontend.api import autograph, bitwise, dtypes, errors, linalg, math, nest, nn, random  # noqa: F401
+from popjit.frontend.api import autograph, bitwise, dtypes, errors, image, linalg, math, nest, nn, random  # noqa: F401
 from popjit.frontend.api.dtypes import *  # noqa: F403
 from popjit.frontend.array_ops import *  # noqa: F403
 from popjit.frontend.array_ops import range_ as range  # noqa: F401

@@ -7,6 +7,7 @@ from popjit.tensorflow.keras import (  # noqa: F401
     activations,
     backend,
     callbacks,
+    constraints,
     datasets,
     initializers,
     layers,
@@ -14,6 +15,7 @@ from popjit.tensorflow.keras import (  # noqa: F401
     metrics,
     models,
     optimizers,
+    regularizers,
     utils,
 )
 
