@@ -64,6 +64,19 @@ def threading_layer() -> str:
     return chosen
 
 
+def start_parallel_runtime() -> None:
+    """Start Numba's parallel runtime (its thread pool on :func:`threading_layer`) if it is not running.
+
+    why: a function's cached machine code starts the runtime on load only when its parallel callees
+    were compiled in the same process as it (Numba issue 8578). An engine compiled over parallel
+    codelets taken from the cache, then itself loaded from the cache by a later process, would call
+    into a pool nobody started and crash. Engines are loaded after this has run.
+    """
+    if not parallel._is_initialized:
+        threading_layer()
+        parallel._launch_threads()
+
+
 def cache_root() -> Path:
     """The persistent cache: ``TF_POPLAR_FLAGS=--executable_cache_path=DIR`` if given (as in Graphcore's
     SDK, created if missing), else ``POPJIT_CACHE_DIR``."""

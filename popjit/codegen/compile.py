@@ -28,7 +28,7 @@ from typing import Any
 from popjit import config
 from popjit.codegen.engine import EngineSource
 from popjit.codegen.render import HEADER, PARALLEL, SERIAL, Rendered
-from popjit.kernels.jit import cache_root, fingerprint, usable_dir, warn_once
+from popjit.kernels.jit import cache_root, fingerprint, start_parallel_runtime, usable_dir, warn_once
 
 PACKAGE = "popjit_gen"
 
@@ -153,6 +153,8 @@ def load_engine(src: EngineSource) -> Any:
     """The engine function for ``src`` (codelet modules are written first, so imports resolve)."""
     for r in src.codelets.values():
         load_codelet(r)
+    if not config.get("DISABLE_NUMBA"):
+        start_parallel_runtime()
     return getattr(_load(src.name + _engine_suffix(src), engine_module_source(src)), src.name)
 
 
