@@ -286,6 +286,10 @@ def _gather_vjp(t: Any, primals: list, outputs: list, cts: list, axis: int = 0, 
         return [None, None]
     pshape, ishape = t.shape_of(params), t.shape_of(indices)
     a = axis % len(pshape)
+    if not ishape:  # one index: the cotangent is a block (summed by a loop without touching the rest)
+        begin = t.stack([t.cast(indices, dtypes.int32) if k == a else t.constant(0, dtypes.int32)
+                         for k in range(len(pshape))])
+        return [t.dynamic_update_slice(t.zeros_like(params), t.expand_dims(ct, a), begin), None]
     b = batch_dims % len(ishape) if batch_dims < 0 else batch_dims
     ni, nouter = len(ishape) - b, a - b
     dim = pshape[a]
@@ -317,18 +321,14 @@ def _segment_sum_vjp(t: Any, primals: list, outputs: list, cts: list, num_segmen
 
 
 def _dynamic_slice_vjp(t: Any, primals: list, outputs: list, cts: list, size: tuple[int, ...]) -> list[Any]:
-    """The cotangent placed at the (clamped) start, zeros elsewhere: padded by ``d - n`` zeros on both
-    sides of each axis, then sliced at ``(d - n) - start``, which puts element ``j - start`` at ``j``."""
+    """The cotangent written into zeros at the start the forward read (``dynamic_update_slice`` clamps
+    it the same way)."""
     (x, begin), (ct,) = primals, cts
     if not x.dtype.is_floating:
         return [None, None]
-    shape = t.shape_of(x)
-    if not shape:
+    if not t.shape_of(x):
         return [ct, None]
-    room = [d - n for d, n in zip(shape, size)]
-    start = t.clip_by_value(t.cast(begin, dtypes.int32), 0, t.constant(np.asarray(room, np.int32)))
-    padded = t.pad(ct, [(r, r) for r in room])
-    return [t.slice(padded, t.constant(np.asarray(room, np.int32)) - start, list(shape)), None]
+    return [t.dynamic_update_slice(t.zeros_like(x), ct, begin), None]
 
 
 REGISTRY["gather"].vjp = _gather_vjp

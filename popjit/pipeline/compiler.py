@@ -1,6 +1,7 @@
 """The compiler pipeline: the one place that decides the order of passes.
 
-    graph ──verify──const_fold──cse──dce──plan_fusion──► lower ──loop passes──► schedule ──► codegen ──► engine
+    graph ──verify──const_fold──cse──accumulate_blocks──dce──plan_fusion──► lower
+          ──loop passes──► schedule ──► codegen ──► engine
 
 ``compile_graph`` runs every stage and returns an :class:`~popjit.pipeline.executable.Executable`.
 ``POPJIT_DEBUG`` levels print each stage (see ``docs/env_vars.md``).
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from popjit import config
 from popjit.codegen.compile import Timer, load_engine
 from popjit.codegen.engine import render_engine
-from popjit.graph.passes import const_fold, cse, dce, plan_fusion
+from popjit.graph.passes import accumulate_blocks, const_fold, cse, dce, plan_fusion
 from popjit.graph.passes.loops import prune_loop_state
 from popjit.graph.verify import verify
 from popjit.ir.graph import Graph
@@ -28,6 +29,7 @@ GRAPH_PASSES: list[tuple[str, Callable[[Graph], Graph]]] = [
     ("verify", verify),
     ("const_fold", const_fold),
     ("cse", cse),
+    ("accumulate_blocks", accumulate_blocks),
     ("dce", dce),
     ("prune_loop_state", prune_loop_state),
 ]

@@ -342,6 +342,19 @@ def patches_transpose_cases(draw: Any) -> Case:
 
 
 @st.composite
+def dynamic_update_slice_add_cases(draw: Any) -> Case:
+    """Starts anywhere, out of range included (they clamp as dynamic_update_slice's)."""
+    shape = draw(shapes(1, 3, 4))
+    size = tuple(draw(st.integers(1, d)) for d in shape)
+    begin = np.asarray([draw(st.integers(-1, d)) for d in shape], np.int32)
+
+    def fn(x: Any, u: Any, b: Any) -> Any:
+        return apply_op("dynamic_update_slice_add", [x, u, b])
+
+    return Case(fn, (any_values(draw, shape), any_values(draw, size), begin), (0, 1), note=f"size={size}")
+
+
+@st.composite
 def select_cases(draw: Any) -> Case:
     sc, sx, sy = draw(hnp.mutually_broadcastable_shapes(num_shapes=3, max_dims=3, max_side=3)).input_shapes
     cond = draw(hnp.arrays(np.bool_, sc))
@@ -457,6 +470,7 @@ ROWS: list[Row] = [
     Row("unsorted_segment_sum", ("unsorted_segment_sum",), segment_cases()),
     Row("dynamic_slice", ("dynamic_slice",), dynamic_slice_cases()),
     Row("dynamic_update_slice", ("dynamic_update_slice",), dynamic_update_slice_cases()),
+    Row("dynamic_update_slice_add", ("dynamic_update_slice_add",), dynamic_update_slice_add_cases()),
     Row("extract_patches", ("extract_patches",), extract_patches_cases()),
     Row("patches_transpose", ("patches_transpose",), patches_transpose_cases()),
 ]

@@ -1,8 +1,9 @@
 """Graph-IR passes: each is a plain ``graph -> graph`` function (``plan_fusion`` returns a plan)."""
 
+from popjit.graph.passes.accumulate import accumulate_blocks
 from popjit.graph.passes.const_fold import const_fold
 from popjit.graph.passes.cse import cse
 from popjit.graph.passes.dce import dce
 from popjit.graph.passes.fusion import FusionPlan, plan_fusion
 
-__all__ = ["FusionPlan", "const_fold", "cse", "dce", "plan_fusion"]
+__all__ = ["FusionPlan", "accumulate_blocks", "const_fold", "cse", "dce", "plan_fusion"]
