@@ -12,7 +12,7 @@ from benchmarks import workloads
 from benchmarks.firstcall import cold_and_warm
 
 COMPILERS = ["popjit", "tensorflow", "jax"]
-WORKLOADS = ["chain", "matmul", "train"]  # train: W1
+WORKLOADS = ["chain", "matmul", "train", "keras"]  # train: W1; keras: K1 (popjit and TensorFlow only)
 
 Results = dict[tuple[str, str], dict[str, dict[str, Any]]]
 
@@ -28,14 +28,14 @@ class FirstCall:
         results: Results = {}
         for fw in COMPILERS:
             if workloads.available(fw):
-                for wl in WORKLOADS:
+                for wl in (w for w in WORKLOADS if fw in workloads.IMPLS[w]):
                     cold, warm = cold_and_warm(fw, wl)
                     results[(fw, wl)] = {"cold": cold, "warm": warm}
         return results
 
     def setup(self, results: Results, framework: str, workload: str) -> None:
         if (framework, workload) not in results:
-            raise NotImplementedError(f"{framework} is not installed")
+            raise NotImplementedError(f"{framework} is not installed or does not implement {workload}")
         for state, result in results[(framework, workload)].items():
             if "error" in result:
                 raise RuntimeError(f"{framework} {workload} ({state}): {result['error']}")

@@ -1,5 +1,5 @@
-"""asv benchmarks (a), (b) and (d): element-wise chain bandwidth, matmul FLOP rate and training steps/s,
-per framework.
+"""asv benchmarks (a), (b), (d) and (e): element-wise chain bandwidth, matmul FLOP rate, training steps/s
+and Keras fit samples/s, per framework.
 
 A framework that is not installed is skipped (its setup raises ``NotImplementedError``); one that
 computes a wrong result fails in setup, so it is never reported as fast.
@@ -7,7 +7,7 @@ computes a wrong result fails in setup, so it is never reported as fast.
 
 from __future__ import annotations
 
-from benchmarks import workloads
+from benchmarks import keras_workloads, workloads
 from benchmarks.timing import best_of
 
 
@@ -81,3 +81,22 @@ class Training(_Throughput):
         return self._rate()
 
     track_train_steps.unit = "steps/s"
+
+
+class KerasFit(_Throughput):
+    """(e) one epoch of Keras ``fit``: K1, a CNN on 28x28x1; K2, an LSTM(128) over 64 steps (batch 32, 100 steps)."""
+
+    params = [list(keras_workloads.KERAS_IMPLS), list(keras_workloads.KERAS_SIZES)]
+    param_names = ["framework", "workload"]
+    timeout = 1800
+
+    def setup(self, framework: str, workload: str) -> None:
+        self._prepare("keras", framework, **keras_workloads.KERAS_SIZES[workload])
+
+    def time_fit_epoch(self, framework: str, workload: str) -> None:
+        self.case.call()
+
+    def track_fit_samples(self, framework: str, workload: str) -> float:
+        return self._rate()
+
+    track_fit_samples.unit = "samples/s"

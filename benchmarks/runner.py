@@ -3,6 +3,7 @@
     python -m benchmarks                      # everything (several minutes)
     python -m benchmarks --only chain matmul  # skip the training loops and the fresh-process compile timings
     python -m benchmarks --only train         # the training loops (W1, W2) and W1's first-call compile time
+    python -m benchmarks --only keras         # Keras fit: K1 (CNN) and K2 (LSTM), and their first epochs
     python -m benchmarks --no-peers --json out.json
 
 Throughput is best-of-N after warm-up, in this process, the frameworks of one workload timed
@@ -23,16 +24,17 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
-from benchmarks import workloads
+from benchmarks import keras_workloads, workloads
 from benchmarks.firstcall import COMPILERS, cold_and_warm
 from benchmarks.timing import interleaved_best, machine_summary
 
-SECTIONS = ("chain", "matmul", "train", "compile")
+SECTIONS = ("chain", "matmul", "train", "keras", "compile")
 CHAIN_TARGET = 1.0  # popjit GB/s ≥ TF-XLA's
 MATMUL_TARGET = 0.9  # popjit GFLOP/s ≥ 90% of NumPy's BLAS
 COMPILE_TARGET_S = 2.0  # cold first-call compile of (a) under 2 s
 TRAIN_TARGET = 1.0  # popjit steps/s ≥ TF-XLA's, W1 and W2
 TRAIN_COMPILE_TARGET_S = 2.0  # cold first-call compile of W1 at most 2 s
+KERAS_TARGET = 1.0  # popjit samples/s ≥ stock Keras's (jit_compile=True), K1 and K2
 
 
 @dataclass
@@ -47,6 +49,7 @@ class Row:
     median_ms: float | None = None
     status: str = "ok"
     note: str = ""
+    first_call_s: float | None = None
 
 
 # -- measuring ----------------------------------------------------------------------------------------
@@ -91,7 +94,7 @@ def compile_rows(workload: str, sizes: dict[str, int], frameworks: Iterable[str]
     """Cold and warm first-call compile times of ``workload`` in fresh processes."""
     rows = []
     label = workloads.problem_label(workload, **sizes)
-    for fw in frameworks:
+    for fw in workloads.frameworks_for(workload, frameworks):
         if fw not in COMPILERS:
             continue
         name = workloads.LABELS[fw]
@@ -108,7 +111,7 @@ def _compile_row(workload: str, framework: str, state: str, result: dict) -> Row
         return Row(workload, framework, None, f"s {state}", status="FAILED", note=result["error"])
     note = f"first call {result['first_call_s']:.2f} s = compile + one run of {result['steady_s'] * 1e3:.0f} ms; " \
            f"import {result['import_s']:.2f} s"
-    return Row(workload, framework, result["compile_s"], f"s {state}", note=note)
+    return Row(workload, framework, result["compile_s"], f"s {state}", note=note, first_call_s=result["first_call_s"])
 
 
 def measure(sections: Sequence[str], frameworks: Sequence[str], repeat: int, min_time: float) -> list[Row]:
@@ -121,11 +124,17 @@ def measure(sections: Sequence[str], frameworks: Sequence[str], repeat: int, min
         problems += [workloads.matmul_problem(*shape) for shape in workloads.MATMUL_SHAPES.values()]
     if "train" in sections:
         problems += [workloads.train_problem(**sizes) for sizes in workloads.TRAIN_SIZES.values()]
+    if "keras" in sections:
+        problems += [workloads.problem("keras", **sizes) for sizes in keras_workloads.KERAS_SIZES.values()]
     for p in problems:
         rows += throughput_rows(p, frameworks, repeat, min_time)
     if "train" in sections:
         _progress("first-call time of W1 in fresh processes")
         rows += compile_rows("train", workloads.TRAIN_SIZES["W1"], frameworks)
+    if "keras" in sections:
+        _progress("first epochs of K1 and K2 in fresh processes")
+        for sizes in keras_workloads.KERAS_SIZES.values():
+            rows += compile_rows("keras", sizes, frameworks)
     if "compile" in sections:
         _progress("first-call times in fresh processes")
         rows += compile_rows("chain", {}, frameworks)
@@ -195,7 +204,7 @@ def target_lines(rows: Sequence[Row]) -> list[str]:
     cold = _value(rows, f"compile: {chain}", "popjit", "s cold")
     lines.append(f"(c) chain cold compile: popjit {_fmt(cold)} s  (target < {COMPILE_TARGET_S:.1f} s)  "
                  f"{_verdict(None if cold is None else cold < COMPILE_TARGET_S)}")
-    return lines + train_target_lines(rows)
+    return lines + train_target_lines(rows) + keras_target_lines(rows)
 
 
 def train_target_lines(rows: Sequence[Row]) -> list[str]:
@@ -212,6 +221,29 @@ def train_target_lines(rows: Sequence[Row]) -> list[str]:
     lines.append(f"(d) W1 cold compile: popjit {_fmt(cold)} s  (target <= {TRAIN_COMPILE_TARGET_S:.1f} s)  "
                  f"{_verdict(None if cold is None else cold <= TRAIN_COMPILE_TARGET_S)}")
     return lines
+
+
+def keras_target_lines(rows: Sequence[Row]) -> list[str]:
+    """(e) Keras fit: popjit / stock Keras samples/s for K1 and K2, and their first epochs (cold)."""
+    lines = []
+    for name, sizes in keras_workloads.KERAS_SIZES.items():
+        label = workloads.problem_label("keras", **sizes)
+        pj, tf = _value(rows, label, "popjit"), _value(rows, label, "TF-XLA")
+        ratio = pj / tf if pj and tf else None
+        lines.append(f"(e) {name} {label}: popjit / Keras samples/s = {_fmt(ratio)}  (target >= {KERAS_TARGET:.2f})  "
+                     f"{_verdict(None if ratio is None else ratio >= KERAS_TARGET)}")
+        firsts = {fw: _first_call(rows, f"compile: {label}", fw) for fw in ("popjit", "TF-XLA")}
+        if any(v is not None for v in firsts.values()):
+            lines.append(f"(e) {name} first epoch incl. compile, cold: popjit {_fmt(firsts['popjit'])} s, "
+                         f"Keras {_fmt(firsts['TF-XLA'])} s")
+    return lines
+
+
+def _first_call(rows: Sequence[Row], workload: str, framework: str) -> float | None:
+    for r in rows:
+        if r.workload == workload and r.framework == framework and r.status == "ok" and r.unit == "s cold":
+            return r.first_call_s
+    return None
 
 
 def load_note() -> str | None:

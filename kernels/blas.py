@@ -30,9 +30,9 @@ def _numpy_openblas() -> ctypes.CDLL | None:
     return None
 
 
-def _bind() -> tuple[object, object] | None:
+def _bind() -> tuple[object, object, object] | None:
     lib = _numpy_openblas()
-    if lib is None or not hasattr(lib, "scipy_cblas_sgemm64_"):
+    if lib is None or not hasattr(lib, "scipy_cblas_sgemm64_") or not hasattr(lib, "openblas_set_num_threads_local"):
         return None
     import llvmlite.binding as llvm
     from numba import types
@@ -44,7 +44,9 @@ def _bind() -> tuple[object, object] | None:
         llvm.add_symbol(name, ctypes.cast(getattr(lib, sym), ctypes.c_void_p).value)
         sig = types.void(i32, i32, i32, i64, i64, i64, real, ptr, i64, ptr, i64, real, ptr, i64)
         fns.append(types.ExternalFunction(name, sig))
-    return fns[0], fns[1]
+    llvm.add_symbol("popjit_blas_threads_local", ctypes.cast(lib.openblas_set_num_threads_local, ctypes.c_void_p).value)
+    fns.append(types.ExternalFunction("popjit_blas_threads_local", i32(i32)))
+    return fns[0], fns[1], fns[2]
 
 
 _bound = None
@@ -55,4 +57,12 @@ if not config.get("DISABLE_NUMBA"):
         _bound = None
 
 HAVE_CBLAS = _bound is not None
-cblas_sgemm, cblas_dgemm = _bound if _bound else (None, None)
+cblas_sgemm, cblas_dgemm, set_threads_local = _bound if _bound else (None, None, None)
+"""``set_threads_local(n)``: the calling thread's BLAS thread count until changed; returns the
+previous one (OpenBLAS's ``openblas_set_num_threads_local``)."""
+
+#: Below this many multiply-adds a gemm runs on the calling thread alone. why: OpenBLAS splits
+#: gemms from about 2^18 multiply-adds, and on small ones (a recurrent layer's [32,128]@[128,512]
+#: per time step) waking and syncing its other threads costs more than it saves; when another
+#: process or popjit's own workers hold a core, a split [128,32]@[32,512] took 14x longer.
+SERIAL_GEMM_MACS = 1 << 22

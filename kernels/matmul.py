@@ -11,29 +11,46 @@ from __future__ import annotations
 import numpy as np
 
 from .bits import f16_to_f32, f32_to_f16
-from .blas import HAVE_CBLAS, NO_TRANS, ROW_MAJOR, TRANS, cblas_dgemm, cblas_sgemm
+from .blas import HAVE_CBLAS, NO_TRANS, ROW_MAJOR, SERIAL_GEMM_MACS, TRANS, cblas_dgemm, cblas_sgemm, set_threads_local
 from .jit import codelet
 
 if HAVE_CBLAS:
 
     @codelet
+    def _serial_if_small(m, n, k):
+        """Run this thread's gemms of ``m*n*k`` multiply-adds serially when small; the previous
+        thread count to restore (0: nothing changed)."""
+        if m * n * k < SERIAL_GEMM_MACS:
+            return set_threads_local(1)
+        return 0
+
+    @codelet
+    def _restore_threads(previous):
+        if previous > 0:
+            set_threads_local(previous)
+
+    @codelet
     def matmul_f32(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta):
         lda = m if ta else k
         ldb = k if tb else n
+        previous = _serial_if_small(m, n, k)
         for i in range(batch):
             cblas_sgemm(ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, np.float32(alpha),
                         a[i * a_bs:].ctypes.data, lda, b[i * b_bs:].ctypes.data, ldb, np.float32(beta),
                         out[i * m * n:].ctypes.data, n)
+        _restore_threads(previous)
         return 0
 
     @codelet
     def matmul_f64(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta):
         lda = m if ta else k
         ldb = k if tb else n
+        previous = _serial_if_small(m, n, k)
         for i in range(batch):
             cblas_dgemm(ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, alpha,
                         a[i * a_bs:].ctypes.data, lda, b[i * b_bs:].ctypes.data, ldb, beta,
                         out[i * m * n:].ctypes.data, n)
+        _restore_threads(previous)
         return 0
 
 else:

@@ -165,6 +165,24 @@ def _transpose_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
             inside = Apply("logical_and", (inside, test), bool_)
         return Apply("select", (inside, value, zero), out.dtype)
 
+    def only_term(idx: tuple) -> Any:
+        """Windows that do not overlap: the one window entry that reads input position ``idx``."""
+        tests, where, entries = [], [], []
+        for p, k, s, r, (lo, _), o in zip(idx[1:-1], window, strides, dilations, pads, out_spatial):
+            q = p + lo  # this position's offset from the first window's start
+            w, e = q // s, q % s
+            where.append(iclamp(w, 0, o - 1))
+            entries.append(iclamp(e // r if r > 1 else e, 0, k - 1))
+            if r > 1:
+                tests.append(_index_test("equal", e % r, 0))
+            tests += [_index_test("greater_equal", q, 0), _index_test("less", w, o),
+                      _index_test("less", e, (k - 1) * r + 1)]
+        value = ct.build((idx[0], *where, *entries, idx[-1]))
+        inside = tests[0]
+        for test in tests[1:]:
+            inside = Apply("logical_and", (inside, test), bool_)
+        return Apply("select", (inside, value, zero), out.dtype)
+
     def build(idx: tuple) -> Any:
         total = None
         for offset in itertools.product(*(range(k) for k in window)):
@@ -172,7 +190,8 @@ def _transpose_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
             total = value if total is None else Apply("add", (total, value), out.dtype)
         return total
 
-    return [Lazy(out.shape, out.dtype, build, None, (*ct.ops, "col2im"))]
+    disjoint = all(s >= (k - 1) * r + 1 for k, s, r in zip(window, strides, dilations))
+    return [Lazy(out.shape, out.dtype, only_term if disjoint else build, None, (*ct.ops, "col2im"))]
 
 
 def _transpose_vjp(t: Any, primals: list, outputs: list, cts: list, spatial: tuple[int, ...],

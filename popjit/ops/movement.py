@@ -262,7 +262,9 @@ def _concat_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
     offsets = np.cumsum([0] + [a.shape[ax] for a in parts])
     if len(parts) == 1:
         return [parts[0]]
-    if len(parts) <= _MAX_SELECT_CONCAT:
+    if len(parts) <= _MAX_SELECT_CONCAT and all(a.view is not None for a in parts):
+        # why: a select evaluates every part at every element; that is cheap only when the parts are
+        # stored values (computed parts, such as an LSTM's four gate gradients, get a kernel each)
         def build(idx: tuple) -> Any:
             j = idx[ax]
             expr = None
@@ -289,7 +291,7 @@ def _concat_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
 
 
 register(OpDef("concat", MOVEMENT, _concat_infer, lambda *xs, axis: np.concatenate(xs, axis=axis), _concat_lower,
-               doc="tf.concat: a select over the axis index (few inputs) or one kernel per input"))
+               doc="tf.concat: a select over the axis index (a few stored inputs) or one kernel per input"))
 
 # ----------------------------------------------------------------------------------------------
 # split: consecutive pieces along one axis (tf.split, tf.unstack); each piece is a view

@@ -1,6 +1,6 @@
 """The compiler pipeline: the one place that decides the order of passes.
 
-    graph ──verify──const_fold──cse──accumulate_blocks──dce──plan_fusion──► lower
+    graph ──verify──const_fold──cse──merge_replayed_loops──accumulate_blocks──dce──plan_fusion──► lower
           ──loop passes──► schedule ──► codegen ──► engine
 
 ``compile_graph`` runs every stage and returns an :class:`~popjit.pipeline.executable.Executable`.
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from popjit import config
 from popjit.codegen.compile import Timer, load_engine
 from popjit.codegen.engine import render_engine
-from popjit.graph.passes import accumulate_blocks, const_fold, cse, dce, plan_fusion
+from popjit.graph.passes import accumulate_blocks, const_fold, cse, dce, merge_replayed_loops, plan_fusion
 from popjit.graph.passes.loops import prune_loop_state
 from popjit.graph.verify import verify
 from popjit.ir.graph import Graph
@@ -29,6 +29,7 @@ GRAPH_PASSES: list[tuple[str, Callable[[Graph], Graph]]] = [
     ("verify", verify),
     ("const_fold", const_fold),
     ("cse", cse),
+    ("merge_replayed_loops", merge_replayed_loops),
     ("accumulate_blocks", accumulate_blocks),
     ("dce", dce),
     ("prune_loop_state", prune_loop_state),

@@ -284,6 +284,28 @@ def test__concat__matches_numpy(data: st.DataObject) -> None:
                 what=f"concat {len(parts)} axis {axis}")
 
 
+def test__concat__computed_parts_get_a_kernel_each_and_stored_parts_one_select() -> None:
+    """A select would evaluate every computed part at every element (an LSTM's four gate gradients:
+    four times the work); stored parts are cheap to select between, so they stay one fused kernel."""
+    x, y = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4), np.ones((3, 2), np.float32)
+
+    def computed(a, b):
+        return tf.concat([tf.tanh(a) * 2.0, tf.exp(b), a * b[:, :1]], axis=1)
+
+    kernels = [k for k in compiled_kernels(computed, x, y) if "concat" in k.name]
+    assert sorted(k.size for k in kernels) == [6, 12, 12]
+    want = np.concatenate([np.tanh(x) * 2, np.exp(y), x * y[:, :1]], axis=1)
+    np.testing.assert_allclose(tf.function(computed, jit_compile=True)(x, y).numpy(), want, rtol=1e-6)
+
+    def stored(a, b):
+        return tf.concat([a, b], axis=1) * 3.0
+
+    kernels = compiled_kernels(stored, x, y)
+    assert [k.size for k in kernels if "concat" in k.name] == [18]
+    np.testing.assert_array_equal(tf.function(stored, jit_compile=True)(x, y).numpy(),
+                                  np.concatenate([x, y], axis=1) * 3)
+
+
 @given(data=st.data())
 def test__stack__matches_numpy(data: st.DataObject) -> None:
     x = data.draw(tensors(max_dims=2))

@@ -5,5 +5,6 @@ from popjit.graph.passes.const_fold import const_fold
 from popjit.graph.passes.cse import cse
 from popjit.graph.passes.dce import dce
 from popjit.graph.passes.fusion import FusionPlan, plan_fusion
+from popjit.graph.passes.replays import merge_replayed_loops
 
-__all__ = ["FusionPlan", "accumulate_blocks", "const_fold", "cse", "dce", "plan_fusion"]
+__all__ = ["FusionPlan", "accumulate_blocks", "const_fold", "cse", "dce", "merge_replayed_loops", "plan_fusion"]

@@ -1,0 +1,41 @@
+"""The float32/float64 matmul codelets: equal NumPy's product for small gemms (run on the calling
+thread alone) and large ones (OpenBLAS's threads), and leave the thread's BLAS thread count as
+they found it."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from popjit.kernels import blas, matmul
+
+pytestmark = pytest.mark.skipif(not blas.HAVE_CBLAS, reason="NumPy's OpenBLAS is not available")
+
+
+def thread_local_count(n: int) -> int:
+    """Set this thread's OpenBLAS thread count to ``n``; the previous count."""
+    lib = blas._numpy_openblas()
+    assert lib is not None
+    return int(ctypes.c_int(lib.openblas_set_num_threads_local(n)).value)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,n,k", [(32, 512, 128), (3, 5, 7), (512, 256, 256)])  # below and above the bound
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True)])
+def test__gemm__equals_numpy_and_restores_the_thread_count(dtype, m, n, k, ta, tb) -> None:
+    rng = np.random.default_rng(m * n + k)
+    a = rng.uniform(-1, 1, (k, m) if ta else (m, k)).astype(dtype)
+    b = rng.uniform(-1, 1, (n, k) if tb else (k, n)).astype(dtype)
+    out = rng.uniform(-1, 1, (m, n)).astype(dtype)
+    want = 0.5 * ((a.T if ta else a) @ (b.T if tb else b)) + 2.0 * out
+    fn = matmul.matmul_f32 if dtype == np.float32 else matmul.matmul_f64
+    before = thread_local_count(2)
+    try:
+        fn(out.reshape(-1), a.reshape(-1), b.reshape(-1), 1, m, n, k, ta, tb, 0, 0, 0.5, 2.0)
+        assert thread_local_count(2) == 2, "the gemm left this thread's BLAS thread count changed"
+    finally:
+        thread_local_count(before)
+    np.testing.assert_allclose(out, want, rtol=1e-4 if dtype == np.float32 else 1e-12, atol=1e-4)
+    assert (m * n * k < blas.SERIAL_GEMM_MACS) == (m * n * k <= 32 * 512 * 128)
