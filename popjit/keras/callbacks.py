@@ -400,12 +400,69 @@ class ReduceLROnPlateau(Callback):
 
 
 class ModelCheckpoint(Callback):
-    """Saving models is not implemented by popjit yet: constructing one raises ``UnimplementedError``."""
+    """Save the weights after every epoch (or every ``save_freq`` batches), or only when ``monitor``
+    improved (``save_best_only``), to ``filepath`` formatted with ``epoch`` and the logs
+    (``"w.{epoch:02d}-{val_loss:.2f}.h5"``). popjit saves weights only (``save_weights_only=True``):
+    whole-model saving (``model.save``) is not implemented."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise tf.errors.UnimplementedError(
-            "tf.keras.callbacks.ModelCheckpoint needs model saving (save_weights / model.save), which popjit does "
-            "not implement yet. Read the weights with model.get_weights() in a callback instead.")
+    def __init__(self, filepath: Any, monitor: str = "val_loss", verbose: int = 0, save_best_only: bool = False,
+                 save_weights_only: bool = False, mode: str = "auto", save_freq: Any = "epoch", options: Any = None,
+                 initial_value_threshold: float | None = None, period: int | None = None) -> None:
+        super().__init__()
+        if not save_weights_only:
+            raise tf.errors.UnimplementedError(
+                "ModelCheckpoint(save_weights_only=False) saves whole models with model.save, which popjit does not "
+                "implement yet. Pass save_weights_only=True: the weights load back with model.load_weights.")
+        if save_freq != "epoch" and not (isinstance(save_freq, int) and save_freq > 0):
+            raise ValueError(f"Unrecognized save_freq: {save_freq}")
+        if period is not None:
+            raise tf.errors.UnimplementedError("ModelCheckpoint(period=...) is deprecated in Keras 2; use save_freq.")
+        self.filepath, self.monitor, self.verbose = os.fspath(filepath), monitor, verbose
+        self.save_best_only, self.save_weights_only, self.save_freq = save_best_only, True, save_freq
+        self.monitor_op, _ = _better(mode, monitor, 0.0)
+        worst = math.inf if self.monitor_op(0.0, 1.0) else -math.inf
+        self.best = worst if initial_value_threshold is None else initial_value_threshold
+        self._batches_since_saving = 0
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if self.save_freq == "epoch":
+            return
+        self._batches_since_saving += 1
+        if self._batches_since_saving >= self.save_freq:
+            self._batches_since_saving = 0
+            self._save(self._epoch, batch, logs or {})
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if self.save_freq == "epoch":
+            self._save(epoch, None, logs or {})
+
+    def _save(self, epoch: int, batch: int | None, logs: dict) -> None:
+        fields = {k: _plain(v) for k, v in logs.items()}
+        path = self.filepath.format(epoch=epoch + 1, **fields, **({} if batch is None else {"batch": batch + 1}))
+        if self.save_best_only:
+            current = logs.get(self.monitor)
+            if current is None:
+                print(f"Can save best model only with {self.monitor} available, skipping.")
+                return
+            current = float(current)
+            if not self.monitor_op(current, self.best):
+                if self.verbose > 0:
+                    print(f"\nEpoch {epoch + 1:05d}: {self.monitor} did not improve from {self.best:.5f}")
+                return
+            if self.verbose > 0:
+                print(f"\nEpoch {epoch + 1:05d}: {self.monitor} improved from {self.best:.5f} to {current:.5f}, "
+                      f"saving model to {path}")
+            self.best = current
+        elif self.verbose > 0:
+            print(f"\nEpoch {epoch + 1:05d}: saving model to {path}")
+        directory = os.path.dirname(path)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        self.model.save_weights(path, overwrite=True)
 
 
 def configure(callbacks: Any, model: Any, add_history: bool, verbose: int, **params: Any) -> CallbackList:

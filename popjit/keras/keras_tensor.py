@@ -149,6 +149,8 @@ def functional_call(layer: Layer, inputs: Any, args: tuple, kwargs: dict[str, An
     flat = [x for x in tf.nest.flatten(inputs) if isinstance(x, KerasTensor)]
     shapes = tf.nest.map_structure(lambda x: as_shape_tuple(x.shape) if isinstance(x, KerasTensor) else x, inputs)
     layer._maybe_build(shapes)
+    if hasattr(layer, "build_from_call_args"):  # a layer built from all its inputs (MultiHeadAttention)
+        layer.build_from_call_args(shapes, args, kwargs)
     out_shapes, out_dtypes = layer.compute_output_signature(shapes, flat[0].dtype)
     layer._output_shape = out_shapes
     if layer._build_input_shape is None:

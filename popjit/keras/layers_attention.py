@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from popjit.frontend import api as tf
-from popjit.keras import constraints, initializers, regularizers
+from popjit.keras import backend, constraints, initializers, regularizers
 from popjit.keras.base_layer import Layer, as_shape_tuple
 from popjit.keras.layers import Dropout
 
@@ -90,6 +90,17 @@ class MultiHeadAttention(Layer):
         self._value_dense._maybe_build(value_shape)
         self._output_dense._maybe_build((*query_shape[:-1], heads, self.value_dim))
         self._built_from_signature = True
+
+    def build_from_call_args(self, query_shape: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+        """Create the projections when called on symbolic inputs (``tf.keras.Input``), as Keras does, so a
+        functional model has its weights before its first run."""
+        if self._built_from_signature:
+            return
+        value = args[0] if args else kwargs.get("value")
+        key = args[1] if len(args) > 1 else kwargs.get("key", value)
+        with backend.name_scope(self.name):
+            self._build_projections(as_shape_tuple(query_shape), as_shape_tuple(value.shape),
+                                    as_shape_tuple(key.shape))
 
     def call(self, query: Any, value: Any, key: Any = None, attention_mask: Any = None,
              return_attention_scores: bool = False, training: Any = None) -> Any:

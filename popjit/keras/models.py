@@ -12,7 +12,7 @@ from typing import Any
 
 from popjit.errors import missing_api
 from popjit.frontend import api as tf
-from popjit.keras import backend
+from popjit.keras import backend, saving
 from popjit.keras.base_layer import Layer, _dedup, as_shape_tuple
 from popjit.keras.keras_tensor import InputLayer, KerasTensor, Node, infer_output_signature
 from popjit.keras.layers import deserialize, serialize
@@ -23,7 +23,7 @@ _MODEL_KWARGS = frozenset({"trainable", "dtype", "dynamic", "name", "autocast"})
 
 #: Keras's and Graphcore's Model methods popjit does not provide yet: UnimplementedError, not AttributeError.
 _MISSING_METHODS = frozenset({
-    "save", "save_weights", "load_weights", "to_json", "to_yaml", "make_train_function", "make_test_function",
+    "save", "to_json", "to_yaml", "make_train_function", "make_test_function",
     "make_predict_function", "set_pipelining_options", "set_gradient_accumulation_options",
     "get_pipeline_stage_assignment", "set_pipeline_stage_assignment", "reset_pipeline_stage_assignment",
     "print_pipeline_stage_assignment_summary", "set_replication_options", "export_for_ipu_serving",
@@ -241,6 +241,16 @@ class Model(TrainingAPI, Layer):
 
     def get_config(self) -> dict[str, Any]:
         raise NotImplementedError("get_config is implemented for Sequential models and layers only.")
+
+    def save_weights(self, filepath: Any, overwrite: bool = True, save_format: str | None = None,
+                     options: Any = None) -> None:
+        """Write the weights to an HDF5 file: Keras 2's layout for ``*.h5``, Keras 3's for ``*.weights.h5``."""
+        saving.save_weights(self, filepath, overwrite, save_format, options)
+
+    def load_weights(self, filepath: Any, by_name: bool = False, skip_mismatch: bool = False,
+                     options: Any = None) -> None:
+        """Read weights written by ``save_weights`` (popjit's or Keras's) or a whole-model ``.h5`` file."""
+        saving.load_weights(self, filepath, by_name, skip_mismatch, options)
 
     def __getattr__(self, name: str) -> Any:
         if name in _MISSING_METHODS:

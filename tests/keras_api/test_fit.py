@@ -19,17 +19,6 @@ X = RNG.normal(size=(96, 6)).astype(np.float32)
 Y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(np.int32)
 
 
-@pytest.fixture(scope="module")
-def real_tf():
-    """TensorFlow with its own Keras (installed by the test extras)."""
-    return pytest.importorskip("tensorflow")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_names():
-    pj.keras.backend.clear_session()
-
-
 def _scope(where: str):
     """``host``: no strategy; ``ipu``: IPUStrategy (Graphcore's Keras); ``ipu_plain``: IPUStrategy without
     its Keras extensions (stock Keras stepping through the strategy, one IPU program per batch)."""

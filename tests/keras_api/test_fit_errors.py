@@ -14,11 +14,6 @@ X = RNG.normal(size=(64, 4)).astype(np.float32)
 Y = (X[:, 0] > 0).astype(np.int32)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_names():
-    pj.keras.backend.clear_session()
-
-
 def _model(spe: int = 1):
     model = pj.keras.Sequential([pj.keras.layers.Dense(2)])
     model(X[:1])

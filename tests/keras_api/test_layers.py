@@ -11,12 +11,6 @@ import popjit.tensorflow as tf
 RNG = np.random.default_rng(0)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_names():
-    tf.keras.backend.clear_session()
-    yield
-
-
 def _dense_weights(n_in, n_out):
     return [RNG.normal(size=(n_in, n_out)).astype(np.float32), RNG.normal(size=(n_out,)).astype(np.float32)]
 

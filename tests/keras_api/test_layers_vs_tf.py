@@ -47,16 +47,6 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def real_tf():
-    return pytest.importorskip("tensorflow")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_names():
-    pj.keras.backend.clear_session()
-
-
 def _flat(lib, value):
     return [np.asarray(v) for v in lib.nest.flatten(value)]
 

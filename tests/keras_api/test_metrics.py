@@ -107,11 +107,6 @@ def test__precision_and_recall__count_thresholded_hits(batches, weighted):
     assert recall == pytest.approx(tp / (tp + fn) if tp + fn else 0.0, rel=1e-5, abs=1e-6)
 
 
-@pytest.fixture(scope="module")
-def real_tf():
-    return pytest.importorskip("tensorflow")
-
-
 CASES = [
     ("AUC", {}, "binary"), ("AUC", {"curve": "PR"}, "binary"), ("AUC", {"num_thresholds": 50}, "binary"),
     ("Precision", {"thresholds": 0.3}, "binary"), ("Recall", {}, "binary"),

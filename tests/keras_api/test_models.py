@@ -12,12 +12,6 @@ from popjit.tensorflow.python import ipu
 RNG = np.random.default_rng(1)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_names():
-    tf.keras.backend.clear_session()
-    yield
-
-
 def _mlp_numpy(x, weights, activations):
     h = x.reshape(len(x), -1).astype(np.float64)
     for (w, b), act in zip(zip(weights[::2], weights[1::2]), activations):
