@@ -54,6 +54,11 @@ def _as_array(value: Any) -> np.ndarray:
     return arr.astype(np.float32) if arr.dtype == np.float64 else arr  # Keras's float64 -> float32 cast
 
 
+def _is_sequence(x: Any) -> bool:
+    """A ``keras.utils.Sequence`` (or an object shaped like one: batches by index, an epoch hook)."""
+    return hasattr(x, "__getitem__") and hasattr(x, "__len__") and hasattr(x, "on_epoch_end")
+
+
 def _is_dataset(x: Any) -> bool:
     return hasattr(x, "element_spec") and hasattr(x, "_make_host_iterator")
 
@@ -74,11 +79,16 @@ class DataHandler:
                  on_ipu: bool = False, steps_per_execution: int = 1, mode: str = "train") -> None:
         self.on_ipu, self.mode = on_ipu, mode
         self.feeds: tuple[Any, Any] | None = None  # the infeed and outfeed bound to this data on the IPU
+        self.sequence: Any = None  # a keras.utils.Sequence (host execution only)
         if _is_dataset(x):
             if y is not None or sample_weight is not None:
                 raise ValueError("`y` argument is not supported when using dataset as input.")
             self._init_dataset(x, steps)
-        elif callable(getattr(x, "__next__", None)) or (hasattr(x, "__getitem__") and hasattr(x, "on_epoch_end")):
+        elif _is_sequence(x) and not on_ipu:
+            if y is not None or sample_weight is not None:
+                raise ValueError("`y` argument is not supported when using `keras.utils.Sequence` as input.")
+            self._init_sequence(x, steps, shuffle)
+        elif callable(getattr(x, "__next__", None)) or _is_sequence(x):
             raise ValueError(f"The provided set of data is of type `{type(x)}` which is not compatible with the IPU's "
                              "requirement to know the data shape ahead of time. Please use "
                              "`tf.data.Dataset.from_generator()` to specify the shape of your data." if on_ipu else
@@ -131,6 +141,10 @@ class DataHandler:
         # None: a host epoch runs until a dataset of unknown size ends, as in Keras
         self.steps = int(steps) if steps is not None else (size if size >= 0 else None)
 
+    def _init_sequence(self, sequence: Any, steps: int | None, shuffle: bool) -> None:
+        self.sequence, self.dataset, self.arrays, self.shuffle = sequence, None, None, shuffle
+        self.steps = int(steps) if steps is not None else len(sequence)
+
     def _execution_size(self, steps_per_execution: int) -> int:
         spe = int(steps_per_execution or 1)
         if spe > self.steps:
@@ -145,6 +159,9 @@ class DataHandler:
     # -- iteration -----------------------------------------------------------------------------------
     def batches(self) -> Iterator[Any]:
         """One epoch's batches, as NumPy structures (host execution)."""
+        if self.sequence is not None:
+            yield from self._sequence_batches()
+            return
         if self.dataset is not None:
             it = iter(self.dataset._make_host_iterator())
             for _ in range(self.steps) if self.steps is not None else iter(int, 1):
@@ -160,6 +177,17 @@ class DataHandler:
                 return
             yield tf.nest.map_structure(lambda a, idx=idx: a[idx], self.arrays if len(self.arrays) > 1 else
                                         self.arrays[0])
+
+    def _sequence_batches(self) -> Iterator[Any]:
+        """A ``keras.utils.Sequence``'s batches (in shuffled order if asked); ``on_epoch_end`` after a
+        training epoch, as Keras calls it."""
+        count = len(self.sequence)
+        order = np.random.permutation(count) if self.shuffle else np.arange(count)
+        for step in range(min(self.steps, count)):
+            batch = self.sequence[int(order[step])]
+            yield tuple(batch) if isinstance(batch, list) else batch
+        if self.mode == "train":
+            self.sequence.on_epoch_end()
 
     def device_dataset(self) -> Any:
         """The batches of every epoch, one after another, as a dataset an infeed can read."""

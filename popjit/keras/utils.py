@@ -138,3 +138,23 @@ def set_random_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     tf.random.set_seed(seed)
+
+
+class Sequence:
+    """``tf.keras.utils.Sequence``: a dataset of batches by index. Subclasses define ``__len__`` (batches
+    per epoch) and ``__getitem__(index)`` (a batch: ``x``, ``(x, y)`` or ``(x, y, sample_weight)``), and
+    may define ``on_epoch_end``. ``fit``/``evaluate``/``predict`` take one outside an IPU scope (on
+    the IPU, as in Graphcore's Keras, data must have its shapes known ahead: use a ``tf.data.Dataset``)."""
+
+    def __getitem__(self, index: int) -> Any:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def on_epoch_end(self) -> None:
+        """Called at the end of every training epoch (shuffle the data here)."""
+
+    def __iter__(self) -> Any:
+        for index in range(len(self)):
+            yield self[index]

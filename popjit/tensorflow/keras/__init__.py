@@ -15,6 +15,7 @@ from popjit.tensorflow.keras import (  # noqa: F401
     metrics,
     models,
     optimizers,
+    preprocessing,
     regularizers,
     utils,
 )
