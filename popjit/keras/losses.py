@@ -189,7 +189,7 @@ def _squeeze_or_expand(losses: Any, weights: Any) -> Any:
     return weights
 
 
-def _remove_squeezable(y_pred: Any, y_true: Any) -> tuple[Any, Any]:
+def remove_squeezable(y_pred: Any, y_true: Any) -> tuple[Any, Any]:
     """Drop a trailing size-1 axis from whichever of ``y_pred`` / ``y_true`` has one axis more."""
     pr, tr = y_pred.shape.rank, y_true.shape.rank
     if pr - tr == 1 and y_pred.shape[-1] == 1:
@@ -260,7 +260,7 @@ class LossFunctionWrapper(Loss):
     def call(self, y_true: Any, y_pred: Any) -> Any:
         y_pred = tf.convert_to_tensor(y_pred)
         y_true = tf.convert_to_tensor(y_true)
-        y_pred, y_true = _remove_squeezable(y_pred, y_true)
+        y_pred, y_true = remove_squeezable(y_pred, y_true)
         return self.fn(y_true, y_pred, **self._fn_kwargs)
 
     def get_config(self) -> dict[str, Any]:

@@ -180,6 +180,8 @@ class MeanMetricWrapper(Mean):
         self._fn_kwargs = kwargs
 
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        # why: labels [B] against sigmoid outputs [B, 1] are compared element by element, as in Keras
+        y_pred, y_true = losses.remove_squeezable(tf.convert_to_tensor(y_pred), tf.convert_to_tensor(y_true))
         super().update_state(self._fn(y_true, y_pred, **self._fn_kwargs), sample_weight)
 
     def get_config(self) -> dict[str, Any]:

@@ -147,6 +147,23 @@ def test__metric__equals_tensorflows_over_weighted_batches(real_tf, name, kwargs
     assert float(ours.result().numpy()) == 0.0
 
 
+@pytest.mark.parametrize("name", ["BinaryAccuracy", "MeanSquaredError", "MeanAbsoluteError"])
+@pytest.mark.parametrize("labels_rank", [1, 2])
+def test__labels_without_the_outputs_last_axis__are_compared_per_example(real_tf, name, labels_rank):
+    """Labels ``[n]`` against sigmoid outputs ``[n, 1]`` (and the reverse): Keras drops the extra axis
+    instead of broadcasting to ``[n, n]``."""
+    rng = np.random.default_rng(7)
+    labels = rng.integers(0, 2, 12).astype(np.float32)
+    prob = rng.random(12).astype(np.float32)
+    y_true, y_pred = (labels, prob[:, None]) if labels_rank == 1 else (labels[:, None], prob)
+    ours, theirs = getattr(pj.keras.metrics, name)(), getattr(real_tf.keras.metrics, name)()
+    ours.update_state(y_true, y_pred)
+    theirs.update_state(y_true, y_pred)
+    np.testing.assert_allclose(ours.result().numpy(), theirs.result().numpy(), rtol=1e-6)
+    if name == "BinaryAccuracy":
+        assert float(ours.result().numpy()) == pytest.approx(np.mean(labels == (prob > 0.5)))
+
+
 def test__metric_state__is_updated_inside_a_compiled_step_and_read_on_the_host():
     metric = pj.keras.metrics.Mean()
 
