@@ -207,15 +207,21 @@ def target_lines(rows: Sequence[Row]) -> list[str]:
     return lines + train_target_lines(rows) + keras_target_lines(rows)
 
 
+def _versus_tf(rows: Sequence[Row], title: str, rate: str, target: float) -> str:
+    """``title: popjit / <rate> = ratio (target >= t) met|NOT met|n/a`` against TensorFlow's row."""
+    label = title.split(" ", 2)[2]
+    pj, tf = _value(rows, label, "popjit"), _value(rows, label, "TF-XLA")
+    ratio = pj / tf if pj and tf else None
+    return (f"{title}: popjit / {rate} = {_fmt(ratio)}  (target >= {target:.2f})  "
+            f"{_verdict(None if ratio is None else ratio >= target)}")
+
+
 def train_target_lines(rows: Sequence[Row]) -> list[str]:
     """(d) the training loops: popjit / TF-XLA steps/s for W1 and W2, and W1's cold compile time."""
     lines = []
     for name, sizes in workloads.TRAIN_SIZES.items():
         label = workloads.problem_label("train", **sizes)
-        pj, tf = _value(rows, label, "popjit"), _value(rows, label, "TF-XLA")
-        ratio = pj / tf if pj and tf else None
-        lines.append(f"(d) {name} {label}: popjit / TF-XLA steps/s = {_fmt(ratio)}  (target >= {TRAIN_TARGET:.2f})  "
-                     f"{_verdict(None if ratio is None else ratio >= TRAIN_TARGET)}")
+        lines.append(_versus_tf(rows, f"(d) {name} {label}", "TF-XLA steps/s", TRAIN_TARGET))
     w1 = workloads.problem_label("train", **workloads.TRAIN_SIZES["W1"])
     cold = _value(rows, f"compile: {w1}", "popjit", "s cold")
     lines.append(f"(d) W1 cold compile: popjit {_fmt(cold)} s  (target <= {TRAIN_COMPILE_TARGET_S:.1f} s)  "
@@ -228,10 +234,7 @@ def keras_target_lines(rows: Sequence[Row]) -> list[str]:
     lines = []
     for name, sizes in keras_workloads.KERAS_SIZES.items():
         label = workloads.problem_label("keras", **sizes)
-        pj, tf = _value(rows, label, "popjit"), _value(rows, label, "TF-XLA")
-        ratio = pj / tf if pj and tf else None
-        lines.append(f"(e) {name} {label}: popjit / Keras samples/s = {_fmt(ratio)}  (target >= {KERAS_TARGET:.2f})  "
-                     f"{_verdict(None if ratio is None else ratio >= KERAS_TARGET)}")
+        lines.append(_versus_tf(rows, f"(e) {name} {label}", "Keras samples/s", KERAS_TARGET))
         firsts = {fw: _first_call(rows, f"compile: {label}", fw) for fw in ("popjit", "TF-XLA")}
         if any(v is not None for v in firsts.values()):
             lines.append(f"(e) {name} first epoch incl. compile, cold: popjit {_fmt(firsts['popjit'])} s, "

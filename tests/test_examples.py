@@ -13,7 +13,7 @@ from tests.test_run import ROOT, popjit_run
 pytestmark = pytest.mark.slow
 
 #: Each example and the test accuracy it must reach (stock Keras reaches about the same).
-EXAMPLES = {"keras_cnn_digits.py": 0.95, "keras_lstm_text.py": 0.85, "keras_transformer_encoder.py": 0.8}
+EXAMPLES = {"keras_cnn_digits.py": 0.93, "keras_lstm_text.py": 0.85, "keras_transformer_encoder.py": 0.8}
 
 
 @pytest.mark.parametrize("name", list(EXAMPLES))

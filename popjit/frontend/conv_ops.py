@@ -307,46 +307,49 @@ def _avg_pool(x: Tensor, window: tuple[int, ...], strides: tuple[int, ...], pads
     return total / convert_to_tensor(counts.astype(x.dtype.np))
 
 
+def _pool(op: str, input: Any, ksize: Any, strides: Any, padding: Any, data_format: str | None,
+          rank: int | None) -> Tensor:
+    """Max or average pooling (``op`` is TensorFlow's name) over ``rank`` spatial axes (None: from the
+    input's rank)."""
+    x, last, window, s, pads = _pool_setup(input, ksize, strides, padding, data_format, rank, op)
+    pooled = _max_pool(x, window, s, pads) if op == "MaxPool" else _avg_pool(x, window, s, pads)
+    return _to_first(pooled, last)
+
+
 def max_pool(input: Any, ksize: Any, strides: Any, padding: Any, data_format: str | None = None,
              name: str | None = None) -> Tensor:
     """``tf.nn.max_pool``: 1, 2 or 3 spatial axes (from the input's rank)."""
-    x, last, window, s, pads = _pool_setup(input, ksize, strides, padding, data_format, None, "MaxPool")
-    return _to_first(_max_pool(x, window, s, pads), last)
+    return _pool("MaxPool", input, ksize, strides, padding, data_format, None)
 
 
 def avg_pool(input: Any, ksize: Any, strides: Any, padding: Any, data_format: str | None = None,
              name: str | None = None) -> Tensor:
     """``tf.nn.avg_pool``: 1, 2 or 3 spatial axes (from the input's rank)."""
-    x, last, window, s, pads = _pool_setup(input, ksize, strides, padding, data_format, None, "AvgPool")
-    return _to_first(_avg_pool(x, window, s, pads), last)
+    return _pool("AvgPool", input, ksize, strides, padding, data_format, None)
 
 
 def max_pool1d(input: Any, ksize: Any, strides: Any, padding: Any, data_format: str = "NWC",
                name: str | None = None) -> Tensor:
     """``tf.nn.max_pool1d``."""
-    x, last, window, s, pads = _pool_setup(input, ksize, strides, padding, data_format, 1, "MaxPool")
-    return _to_first(_max_pool(x, window, s, pads), last)
+    return _pool("MaxPool", input, ksize, strides, padding, data_format, 1)
 
 
 def max_pool2d(input: Any, ksize: Any, strides: Any, padding: Any, data_format: str = "NHWC",
                name: str | None = None) -> Tensor:
     """``tf.nn.max_pool2d``."""
-    x, last, window, s, pads = _pool_setup(input, ksize, strides, padding, data_format, 2, "MaxPool")
-    return _to_first(_max_pool(x, window, s, pads), last)
+    return _pool("MaxPool", input, ksize, strides, padding, data_format, 2)
 
 
 def avg_pool1d(input: Any, ksize: Any, strides: Any, padding: Any, data_format: str = "NWC",
                name: str | None = None) -> Tensor:
     """``tf.nn.avg_pool1d``."""
-    x, last, window, s, pads = _pool_setup(input, ksize, strides, padding, data_format, 1, "AvgPool")
-    return _to_first(_avg_pool(x, window, s, pads), last)
+    return _pool("AvgPool", input, ksize, strides, padding, data_format, 1)
 
 
 def avg_pool2d(input: Any, ksize: Any, strides: Any, padding: Any, data_format: str = "NHWC",
                name: str | None = None) -> Tensor:
     """``tf.nn.avg_pool2d``."""
-    x, last, window, s, pads = _pool_setup(input, ksize, strides, padding, data_format, 2, "AvgPool")
-    return _to_first(_avg_pool(x, window, s, pads), last)
+    return _pool("AvgPool", input, ksize, strides, padding, data_format, 2)
 
 
 def extract_patches(images: Any, sizes: Any, strides: Any, rates: Any, padding: str, name: str | None = None

@@ -146,6 +146,19 @@ def learning_phase() -> int:
     return int(bool(flag)) if flag is not None else 0
 
 
+def in_training(training: Any, when_training: Any, otherwise: Any) -> Any:
+    """``when_training()`` or ``otherwise()`` by the ``training`` flag (None: :func:`learning_phase`); a
+    flag known only at run time becomes a ``tf.cond`` (Keras's ``smart_cond``)."""
+    if training is None:
+        training = learning_phase()
+    if isinstance(training, (tf.Tensor, tf.Variable)):
+        value = tf.get_static_value(training)
+        if value is None:
+            return tf.cond(tf.cast(training, tf.bool), when_training, otherwise)
+        training = bool(value)
+    return when_training() if training else otherwise()
+
+
 # -- leaving a trace ------------------------------------------------------------------------------
 @contextlib.contextmanager
 def init_scope() -> Iterator[None]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from popjit.frontend import api as tf
+from popjit.keras.generic_utils import ObjectRegistry
 
 
 class Constraint:
@@ -81,24 +82,5 @@ _BY_NAME = {"max_norm": MaxNorm, "non_neg": NonNeg, "unit_norm": UnitNorm, "min_
             "MaxNorm": MaxNorm, "NonNeg": NonNeg, "UnitNorm": UnitNorm, "MinMaxNorm": MinMaxNorm}
 
 
-def get(identifier: Any) -> Any:
-    """A constraint from None, a name, a config dict or a callable."""
-    if identifier is None or callable(identifier):
-        return identifier
-    if isinstance(identifier, str) and identifier in _BY_NAME:
-        return _BY_NAME[identifier]()
-    if isinstance(identifier, dict) and identifier.get("class_name") in _BY_NAME:
-        return _BY_NAME[identifier["class_name"]](**identifier.get("config", {}))
-    raise ValueError(f"Could not interpret constraint identifier: {identifier}")
-
-
-def serialize(constraint: Any) -> Any:
-    """``{"class_name", "config"}`` of a constraint (None stays None)."""
-    if constraint is None:
-        return None
-    return {"class_name": type(constraint).__name__, "config": constraint.get_config()}
-
-
-def deserialize(config: Any, custom_objects: dict[str, Any] | None = None) -> Any:
-    """The inverse of :func:`serialize`."""
-    return get(config)
+_REGISTRY = ObjectRegistry("constraint", _BY_NAME)
+get, serialize, deserialize = _REGISTRY.get, _REGISTRY.serialize, _REGISTRY.deserialize

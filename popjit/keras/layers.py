@@ -174,16 +174,9 @@ class Dropout(Layer):
 
     def call(self, inputs: Any, training: Any = None) -> Any:
         x = tf.convert_to_tensor(inputs)
-        if training is None:
-            training = backend.learning_phase()
-        if isinstance(training, (tf.Tensor, tf.Variable)):
-            value = tf.get_static_value(training)
-            if value is None:
-                return tf.cond(tf.cast(training, tf.bool), lambda: self._dropped(x), lambda: x)
-            training = bool(value)
-        if not training or (isinstance(self.rate, (int, float)) and self.rate == 0):
+        if isinstance(self.rate, (int, float)) and self.rate == 0:
             return x
-        return self._dropped(x)
+        return backend.in_training(training, lambda: self._dropped(x), lambda: x)
 
     def compute_output_shape(self, input_shape: Any) -> Any:
         return input_shape

@@ -110,14 +110,7 @@ class _TrainingNoise(Layer):
 
     def call(self, inputs: Any, training: Any = None) -> Any:
         x = tf.convert_to_tensor(inputs)
-        if training is None:
-            training = backend.learning_phase()
-        if isinstance(training, (tf.Tensor, tf.Variable)):
-            value = tf.get_static_value(training)
-            if value is None:
-                return tf.cond(tf.cast(training, tf.bool), lambda: self._noisy(x), lambda: x)
-            training = bool(value)
-        return self._noisy(x) if training else x
+        return backend.in_training(training, lambda: self._noisy(x), lambda: x)
 
     def compute_output_shape(self, input_shape: Any) -> Any:
         return input_shape

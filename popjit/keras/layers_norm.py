@@ -120,16 +120,8 @@ class BatchNormalization(_Normalization):
 
     def call(self, inputs: Any, training: Any = None) -> Any:
         x = tf.convert_to_tensor(inputs)
-        if training is None:
-            training = backend.learning_phase()
-        if not self.trainable:
-            training = False
-        if isinstance(training, (tf.Tensor, tf.Variable)):
-            value = tf.get_static_value(training)
-            if value is None:
-                return tf.cond(tf.cast(training, tf.bool), lambda: self._train(x), lambda: self._infer(x))
-            training = bool(value)
-        return self._train(x) if training else self._infer(x)
+        return backend.in_training(training if self.trainable else False, lambda: self._train(x),
+                                   lambda: self._infer(x))
 
     def _reduction_axes(self, ndim: int) -> list[int]:
         return [a for a in range(ndim) if a not in self._norm_axes]

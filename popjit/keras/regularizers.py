@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from popjit.frontend import api as tf
+from popjit.keras.generic_utils import ObjectRegistry
 
 
 class Regularizer:
@@ -71,26 +72,5 @@ l2 = L2
 _BY_NAME = {"l1": L1, "l2": L2, "l1_l2": l1_l2, "L1": L1, "L2": L2, "L1L2": L1L2}
 
 
-def get(identifier: Any) -> Any:
-    """A regularizer from None, a name, a config dict or a callable."""
-    if identifier is None or callable(identifier):
-        return identifier
-    if isinstance(identifier, str) and identifier in _BY_NAME:
-        return _BY_NAME[identifier]()
-    if isinstance(identifier, dict) and identifier.get("class_name") in _BY_NAME:
-        return _BY_NAME[identifier["class_name"]](**identifier.get("config", {}))
-    raise ValueError(f"Could not interpret regularizer identifier: {identifier}")
-
-
-def serialize(regularizer: Any) -> Any:
-    """``{"class_name", "config"}`` of a regularizer (None stays None)."""
-    if regularizer is None:
-        return None
-    return {"class_name": type(regularizer).__name__, "config": regularizer.get_config()}
-
-
-def deserialize(config: Any, custom_objects: dict[str, Any] | None = None) -> Any:
-    """The inverse of :func:`serialize`."""
-    if isinstance(config, dict) and custom_objects and config.get("class_name") in custom_objects:
-        return custom_objects[config["class_name"]].from_config(config.get("config", {}))
-    return get(config)
+_REGISTRY = ObjectRegistry("regularizer", _BY_NAME)
+get, serialize, deserialize = _REGISTRY.get, _REGISTRY.serialize, _REGISTRY.deserialize
