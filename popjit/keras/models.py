@@ -24,7 +24,7 @@ _MODEL_KWARGS = frozenset({"trainable", "dtype", "dynamic", "name", "autocast"})
 #: Keras's and Graphcore's Model methods popjit does not provide yet: UnimplementedError, not AttributeError.
 _MISSING_METHODS = frozenset({
     "save", "to_json", "to_yaml", "make_train_function", "make_test_function",
-    "make_predict_function", "set_pipelining_options", "set_gradient_accumulation_options",
+    "make_predict_function", "set_pipelining_options",
     "get_pipeline_stage_assignment", "set_pipeline_stage_assignment", "reset_pipeline_stage_assignment",
     "print_pipeline_stage_assignment_summary", "set_replication_options", "export_for_ipu_serving",
 })

@@ -22,7 +22,7 @@ from popjit import context, data
 from popjit.frontend import api as tf
 from popjit.frontend import control_flow
 from popjit.keras import callbacks as callbacks_mod
-from popjit.keras import optimizers
+from popjit.keras import gradient_accumulation, optimizers
 from popjit.keras.compile_utils import LossesContainer, MetricsContainer
 
 log = logging.getLogger("popjit")
@@ -254,10 +254,65 @@ class TrainingAPI:
         self._jit_compile = jit_compile
         self._functions: dict[Any, Any] = {}
         self._is_compiled = True
+        self._accumulator = self._make_accumulator()
         if self._device_loop(strategy) and steps_per_execution is None:
             log.info("The model `%s` has been configured with only 1 steps per execution. Consider increasing the "
                      "value for the `steps_per_execution` argument passed to the `compile()` method to improve "
                      "performance.", self.name)
+
+    def set_gradient_accumulation_options(self, gradient_accumulation_steps_per_replica: int | None = None,
+                                          experimental_normalize_gradients: bool | None = None,
+                                          gradient_accumulation_reduction_method: Any = "sum",
+                                          **gradient_accumulation_optimizer_kwargs: Any) -> None:
+        """Graphcore's extension: apply the optimizer once every ``gradient_accumulation_steps_per_replica``
+        training steps, to their gradients summed (``"sum"``), averaged (``"mean"``, ``"running_mean"``)
+        or, with ``experimental_normalize_gradients``, each scaled by ``1 / steps`` and summed. ``None``
+        turns accumulation off. ``steps_per_execution`` must then be a multiple of the steps."""
+        kwargs = dict(gradient_accumulation_optimizer_kwargs)
+        for key in ("opt", "num_mini_batches"):
+            if key in kwargs:
+                raise ValueError(f"Found `{key}` key in `gradient_accumulation_optimizer_kwargs`. This argument is "
+                                 "automatically set by Keras.")
+        steps = gradient_accumulation_steps_per_replica
+        if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
+            raise ValueError(f"Expected `gradient_accumulation_steps_per_replica` to be a positive integer, but got "
+                             f"{steps} instead.")
+        reduction = gradient_accumulation.GradientAccumulationReductionMethod.parse(
+            "sum" if experimental_normalize_gradients else gradient_accumulation_reduction_method)
+        unknown = set(kwargs) - {"offload_weight_update_variables", "replicated_optimizer_state_sharding", "dtype"}
+        if unknown:
+            raise TypeError(f"Unexpected gradient accumulation option(s): {sorted(unknown)}")
+        gradient_accumulation.refuse_memory_options(**kwargs)
+        self._gradient_accumulation = (steps, reduction, bool(experimental_normalize_gradients)) if steps else None
+        self._functions = {}
+        self._accumulator = self._make_accumulator()
+
+    def _make_accumulator(self) -> Any:
+        options = getattr(self, "_gradient_accumulation", None)
+        if options is None or getattr(self, "optimizer", None) is None:
+            return None
+        steps, reduction, normalize = options
+        return gradient_accumulation.GradientAccumulator(self.optimizer, steps, reduction,
+                                                         1.0 / steps if normalize else 1.0)
+
+    def _check_gradient_accumulation(self, on_ipu: bool, batch_size: int | None) -> None:
+        """Graphcore's checks and log line when training with gradient accumulation."""
+        if getattr(self, "_accumulator", None) is None:
+            return
+        steps = self._accumulator.steps
+        if any("train_step" in c.__dict__ for c in type(self).__mro__ if c.__module__.split(".")[0] != "popjit"):
+            raise RuntimeError(f"The function `train_step` for the model {self.name} has been overridden. This is not "
+                               "supported for Keras models with gradient accumulation enabled.")
+        if on_ipu and self._steps_per_execution % steps:
+            raise RuntimeError(
+                "The model has been configured to use gradient accumulation for training, however the current "
+                f"`steps_per_execution` value (set to {self._steps_per_execution}) is not divisible by "
+                f"`gradient_accumulation_steps_per_replica` ({steps}). You need to adjust either "
+                "`steps_per_execution` or`gradient_accumulation_steps_per_replica` to make sure that "
+                "`steps_per_execution` is divisible by `gradient_accumulation_steps_per_replica`.")
+        if batch_size:
+            log.info("Training is accumulating gradients over %d steps of %d samples: your effective batch size "
+                     "is %d.", steps, batch_size, steps * batch_size)
 
     def _check_variables_in(self, strategy: Any) -> None:
         """Keras's rule: a model compiled in a strategy's scope was also created in it."""
@@ -300,7 +355,11 @@ class TrainingAPI:
         with tf.GradientTape() as tape:
             y_pred = self(x, training=True)
             loss = self.compiled_loss(y, y_pred, sample_weight, regularization_losses=self.losses)
-        self.optimizer.minimize(loss, self.trainable_variables, tape=tape)
+        if getattr(self, "_accumulator", None) is not None:
+            variables = self.trainable_variables
+            self._accumulator.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        else:
+            self.optimizer.minimize(loss, self.trainable_variables, tape=tape)
         self.compiled_metrics.update_state(y, y_pred, sample_weight)
         return {m.name: m.result() for m in self.metrics}
 
@@ -459,6 +518,7 @@ class TrainingAPI:
             x, y, sample_weight, validation_data = _split(x, y, sample_weight, validation_split)
         handler = DataHandler(x, y, sample_weight, batch_size, steps_per_epoch, shuffle, class_weight,
                               self._device_loop(strategy), self._steps_per_execution, "train")
+        self._check_gradient_accumulation(self._device_loop(strategy), getattr(handler, "batch_size", None))
         self._build_for(handler)
         cbs = callbacks_mod.configure(callbacks, self, True, verbose, epochs=epochs, steps=handler.steps,
                                       mode="train")

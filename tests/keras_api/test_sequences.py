@@ -17,7 +17,8 @@ from popjit import ipu
 SEQUENCES = st.lists(st.lists(st.integers(-50, 50), max_size=7), min_size=1, max_size=6)
 
 
-@given(SEQUENCES, st.one_of(st.none(), st.integers(0, 9)), st.sampled_from(["pre", "post"]),
+# maxlen starts at 1: with 0, stock Keras fails to broadcast (popjit returns an empty [n, 0] array)
+@given(SEQUENCES, st.one_of(st.none(), st.integers(1, 9)), st.sampled_from(["pre", "post"]),
        st.sampled_from(["pre", "post"]), st.sampled_from([0, -1, 7]), st.sampled_from(["int32", "float32", "int64"]))
 def test__pad_sequences__equals_stock_keras(real_tf: Any, sequences: list, maxlen: Any, padding: str,
                                              truncating: str, value: int, dtype: str) -> None:
