@@ -58,3 +58,9 @@ def fresh_ipu_system():
 
     yield devices
     devices.configure([1])
+
+
+@pytest.fixture(scope="module")
+def real_tf():
+    """TensorFlow with its own Keras (installed by the test extras), for comparisons with stock behaviour."""
+    return pytest.importorskip("tensorflow")

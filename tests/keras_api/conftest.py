@@ -1,16 +1,10 @@
-"""Shared Keras test fixtures: stock TensorFlow for the comparisons, and fresh layer names."""
+"""Keras tests start with fresh layer names (stock TensorFlow, ``real_tf``, is in tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 import popjit.tensorflow as pj
-
-
-@pytest.fixture(scope="module")
-def real_tf():
-    """TensorFlow with its own Keras (installed by the test extras)."""
-    return pytest.importorskip("tensorflow")
 
 
 @pytest.fixture(autouse=True)

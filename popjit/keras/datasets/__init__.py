@@ -3,4 +3,12 @@
 Also reachable as ``tensorflow.python.keras.datasets`` under ``popjit run``.
 """
 
-from popjit.keras.datasets import fashion_mnist, mnist  # noqa: F401
+from popjit.keras.datasets import (  # noqa: F401
+    boston_housing,
+    cifar10,
+    cifar100,
+    fashion_mnist,
+    imdb,
+    mnist,
+    reuters,
+)
