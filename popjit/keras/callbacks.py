@@ -402,23 +402,19 @@ class ReduceLROnPlateau(Callback):
 class ModelCheckpoint(Callback):
     """Save the weights after every epoch (or every ``save_freq`` batches), or only when ``monitor``
     improved (``save_best_only``), to ``filepath`` formatted with ``epoch`` and the logs
-    (``"w.{epoch:02d}-{val_loss:.2f}.h5"``). popjit saves weights only (``save_weights_only=True``):
-    whole-model saving (``model.save``) is not implemented."""
+    (``"w.{epoch:02d}-{val_loss:.2f}.h5"``): the weights (``save_weights_only=True``) or the whole
+    model (``model.save``, Keras 2's ``.h5``)."""
 
     def __init__(self, filepath: Any, monitor: str = "val_loss", verbose: int = 0, save_best_only: bool = False,
                  save_weights_only: bool = False, mode: str = "auto", save_freq: Any = "epoch", options: Any = None,
                  initial_value_threshold: float | None = None, period: int | None = None) -> None:
         super().__init__()
-        if not save_weights_only:
-            raise tf.errors.UnimplementedError(
-                "ModelCheckpoint(save_weights_only=False) saves whole models with model.save, which popjit does not "
-                "implement yet. Pass save_weights_only=True: the weights load back with model.load_weights.")
         if save_freq != "epoch" and not (isinstance(save_freq, int) and save_freq > 0):
             raise ValueError(f"Unrecognized save_freq: {save_freq}")
         if period is not None:
             raise tf.errors.UnimplementedError("ModelCheckpoint(period=...) is deprecated in Keras 2; use save_freq.")
         self.filepath, self.monitor, self.verbose = os.fspath(filepath), monitor, verbose
-        self.save_best_only, self.save_weights_only, self.save_freq = save_best_only, True, save_freq
+        self.save_best_only, self.save_weights_only, self.save_freq = save_best_only, save_weights_only, save_freq
         self.monitor_op, _ = _better(mode, monitor, 0.0)
         worst = math.inf if self.monitor_op(0.0, 1.0) else -math.inf
         self.best = worst if initial_value_threshold is None else initial_value_threshold
@@ -462,7 +458,10 @@ class ModelCheckpoint(Callback):
         directory = os.path.dirname(path)
         if directory:
             os.makedirs(directory, exist_ok=True)
-        self.model.save_weights(path, overwrite=True)
+        if self.save_weights_only:
+            self.model.save_weights(path, overwrite=True)
+        else:
+            self.model.save(path, overwrite=True)
 
 
 def configure(callbacks: Any, model: Any, add_history: bool, verbose: int, **params: Any) -> CallbackList:

@@ -106,6 +106,7 @@ class MetricsContainer:
 
     def __init__(self, metrics: Any, weighted_metrics: Any, output_names: list[str]) -> None:
         self.output_names = output_names
+        self.user_metrics = metrics  # as given to compile (a whole-model file records them)
         self._given = [_per_output(m, output_names, what) if m is not None else [None] * len(output_names)
                        for m, what in ((metrics, "metrics"), (weighted_metrics, "weighted_metrics"))]
         self._objects: list[list[tuple[Any, bool]]] | None = None

@@ -8,11 +8,12 @@ model built lazily creates its variables (on the device of the enclosing IPU str
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from popjit.errors import missing_api
+from popjit.errors import UnimplementedError, missing_api
 from popjit.frontend import api as tf
-from popjit.keras import backend, saving
+from popjit.keras import backend, optimizers, saving
 from popjit.keras.base_layer import Layer, _dedup, as_shape_tuple
 from popjit.keras.keras_tensor import InputLayer, KerasTensor, Node, infer_output_signature
 from popjit.keras.layers import deserialize, serialize
@@ -23,7 +24,7 @@ _MODEL_KWARGS = frozenset({"trainable", "dtype", "dynamic", "name", "autocast"})
 
 #: Keras's and Graphcore's Model methods popjit does not provide yet: UnimplementedError, not AttributeError.
 _MISSING_METHODS = frozenset({
-    "save", "to_json", "to_yaml", "make_train_function", "make_test_function",
+    "to_json", "to_yaml", "make_train_function", "make_test_function",
     "make_predict_function", "set_pipelining_options",
     "get_pipeline_stage_assignment", "set_pipeline_stage_assignment", "reset_pipeline_stage_assignment",
     "print_pipeline_stage_assignment_summary", "set_replication_options", "export_for_ipu_serving",
@@ -247,6 +248,12 @@ class Model(TrainingAPI, Layer):
         """Write the weights to an HDF5 file: Keras 2's layout for ``*.h5``, Keras 3's for ``*.weights.h5``."""
         saving.save_weights(self, filepath, overwrite, save_format, options)
 
+    def save(self, filepath: Any, overwrite: bool = True, include_optimizer: bool = True,
+             save_format: str | None = None, signatures: Any = None, options: Any = None,
+             save_traces: bool = True) -> None:
+        """Write the whole model (config, training config, weights) to a Keras 2 ``.h5`` file."""
+        saving.save_model(self, filepath, overwrite, include_optimizer, save_format, signatures, options, save_traces)
+
     def load_weights(self, filepath: Any, by_name: bool = False, skip_mismatch: bool = False,
                      options: Any = None) -> None:
         """Read weights written by ``save_weights`` (popjit's or Keras's) or a whole-model ``.h5`` file."""
@@ -437,6 +444,36 @@ class Sequential(Model):
             else:
                 model.add(deserialize(layer_config, custom_objects))
         return model
+
+
+def load_model(filepath: Any, custom_objects: dict[str, Any] | None = None, compile: bool = True,
+               options: Any = None) -> Model:
+    """``tf.keras.models.load_model`` of a whole-model ``.h5`` file (popjit's or stock Keras's ``model.save``
+    of a Sequential model): rebuilt from its config, its weights loaded, compiled as it was saved."""
+    config, training, load_weights_into = saving.read_model_file(filepath)
+    if config.get("class_name") != "Sequential":
+        raise UnimplementedError(f"load_model of a {config.get('class_name')} model is not implemented by popjit: "
+                                 "only Sequential models have a config. Build the model in code and call "
+                                 "model.load_weights on the file.")
+    if '"module":' in json.dumps(config):  # Keras 3 writes each object's module: another config schema
+        raise UnimplementedError(
+            f"load_model('{filepath}'): this file was written by Keras 3, whose model configs popjit does not read "
+            "(it reads Keras 2's, as Graphcore's SDK writes them). Build the model in code and call "
+            "model.load_weights on the file: its weights load.")
+    model = Sequential.from_config(config["config"], custom_objects)
+    load_weights_into(model)
+    if compile and training is not None:
+        model.compile(optimizer=optimizers.deserialize(training["optimizer_config"], custom_objects),
+                      loss=training.get("loss"), metrics=training.get("metrics"),
+                      loss_weights=training.get("loss_weights"), weighted_metrics=training.get("weighted_metrics"))
+    return model
+
+
+def save_model(model: Model, filepath: Any, overwrite: bool = True, include_optimizer: bool = True,
+               save_format: str | None = None, signatures: Any = None, options: Any = None,
+               save_traces: bool = True) -> None:
+    """``tf.keras.models.save_model``: ``model.save``."""
+    model.save(filepath, overwrite, include_optimizer, save_format, signatures, options, save_traces)
 
 
 def clone_model(model: Model, input_tensors: Any = None, clone_function: Any = None) -> Model:

@@ -13,18 +13,25 @@ Two layouts, chosen by the file name as Keras chooses them:
   stock Keras 3.
 
 Any other name would be TensorFlow's checkpoint format, which popjit does not write or read.
+
+Whole models (``model.save("m.h5")``, :func:`popjit.keras.models.load_model`) use Keras 2's HDF5
+file: the model's config as JSON (``model_config``), its training config when it is compiled with
+a loss and metrics given by name, and the weights under ``model_weights`` in the layout above.
+Stock Keras 3 loads these files. Only Sequential models have a config (``get_config``) so far.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from popjit.errors import UnimplementedError
-from popjit.keras import backend
+from popjit.keras import backend, optimizers
 
 KERAS_VERSION = "2.6.0"  # the Keras of Graphcore's SDK 3.x, recorded in the files popjit writes
 
@@ -230,3 +237,80 @@ def load_weights(model: Any, filepath: Any, by_name: bool = False, skip_mismatch
             _load_keras3(model, f, skip_mismatch)
         else:
             _load_keras2(model, f, by_name, skip_mismatch)
+
+
+# -- whole models (Keras 2's .h5) ----------------------------------------------------------------------------
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic | np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} in a model config cannot be written as JSON")
+
+
+def _by_name(value: Any) -> bool:
+    """A loss or metrics argument made of names only (what a JSON training config can hold)."""
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list | tuple) else [value]
+    return all(item is None or isinstance(item, str) for item in items)
+
+
+def _training_config(model: Any) -> dict[str, Any] | None:
+    """Keras 2's ``training_config`` when the loss and metrics are names (None otherwise)."""
+    container = getattr(model, "compiled_metrics", None)
+    metrics = container.user_metrics if container is not None else None
+    loss = getattr(model, "loss", None)
+    if getattr(model, "optimizer", None) is None or not (_by_name(loss) and _by_name(metrics)):
+        return None
+    return {"loss": loss, "metrics": metrics, "weighted_metrics": None, "loss_weights": None,
+            "optimizer_config": optimizers.serialize(model.optimizer)}
+
+
+def save_model(model: Any, filepath: Any, overwrite: bool = True, include_optimizer: bool = True,
+               save_format: str | None = None, signatures: Any = None, options: Any = None,
+               save_traces: bool = True) -> None:
+    """``Model.save``: Keras 2's whole-model HDF5 file (see the module docstring)."""
+    name = os.fspath(filepath)
+    if save_format not in (None, "h5") or not name.endswith((".h5", ".hdf5")):
+        raise UnimplementedError(
+            f"model.save('{name}'): popjit saves whole models in Keras 2's HDF5 format only (a file name ending in "
+            "'.h5'); TensorFlow's SavedModel and Keras 3's '.keras' formats are not implemented.")
+    try:
+        config = model.get_config()
+    except NotImplementedError as e:
+        raise UnimplementedError(f"model.save of a {type(model).__name__} model needs its config, which popjit has "
+                                 "for Sequential models only; save its weights with model.save_weights.") from e
+    if not overwrite and os.path.exists(name):
+        raise FileExistsError(f"{name} exists and overwrite=False")
+    training = _training_config(model) if include_optimizer else None
+    if include_optimizer and training is None and getattr(model, "optimizer", None) is not None:
+        warnings.warn("The model's loss or metrics are not given by name, so its training configuration is not "
+                      "saved: it loads uncompiled.", stacklevel=3)
+    with _h5py().File(name, "w") as f:
+        f.attrs["model_config"] = json.dumps({"class_name": type(model).__name__, "config": config},
+                                             default=_json_default)
+        f.attrs["keras_version"] = KERAS_VERSION
+        f.attrs["backend"] = "tensorflow"
+        if training is not None:
+            f.attrs["training_config"] = json.dumps(training, default=_json_default)
+        _save_keras2(model, f.create_group("model_weights"))
+
+
+def read_model_file(filepath: Any) -> tuple[dict[str, Any], dict[str, Any] | None, Any]:
+    """``(model config, training config or None, a function loading the weights into a model)``."""
+    name = os.fspath(filepath)
+    if not name.endswith((".h5", ".hdf5")):
+        raise UnimplementedError(
+            f"load_model('{name}'): popjit reads Keras 2's whole-model HDF5 files only (ending in '.h5'); "
+            "TensorFlow's SavedModel and Keras 3's '.keras' formats are not implemented.")
+    if not os.path.exists(name):
+        raise OSError(f"No file or directory found at {name}")
+    with _h5py().File(name, "r") as f:
+        if "model_config" not in f.attrs:
+            raise ValueError(f"No model config found in the file at {name}: it holds weights only; build the "
+                             "model and call model.load_weights.")
+        config = json.loads(f.attrs["model_config"])
+        training = json.loads(f.attrs["training_config"]) if "training_config" in f.attrs else None
+
+    def load_into(model: Any) -> None:
+        with _h5py().File(name, "r") as f:
+            _load_keras2(model, f["model_weights"], by_name=False, skip_mismatch=False)
+
+    return config, training, load_into

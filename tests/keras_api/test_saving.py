@@ -193,8 +193,64 @@ def test__model_checkpoint__saves_each_epoch_or_the_best(tmp_path: Path, capsys:
     np.testing.assert_array_equal(restored.get_weights()[0], at_best.get_weights()[0])
 
 
-def test__model_checkpoint__whole_models_and_bad_frequencies_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(UnimplementedError, match="save_weights_only=True"):
-        pj.keras.callbacks.ModelCheckpoint(str(tmp_path / "m.h5"))
+def test__model_checkpoint__saves_whole_models_and_refuses_bad_frequencies(tmp_path: Path) -> None:
+    model = image_model(pj)
+    model.compile("sgd", "sparse_categorical_crossentropy")
+    checkpoint = pj.keras.callbacks.ModelCheckpoint(str(tmp_path / "m{epoch}.h5"))
+    model.fit(X_IMG, np.array([0, 2], np.int32), epochs=2, verbose=0, callbacks=[checkpoint])
+    reloaded = pj.keras.models.load_model(str(tmp_path / "m2.h5"))
+    np.testing.assert_array_equal(reloaded(X_IMG).numpy(), model(X_IMG).numpy())
     with pytest.raises(ValueError, match="Unrecognized save_freq"):
         pj.keras.callbacks.ModelCheckpoint(str(tmp_path / "m.h5"), save_weights_only=True, save_freq="batch")
+
+
+def compiled_image_model(tf: Any) -> Any:
+    model = image_model(tf)
+    model.compile(tf.keras.optimizers.Adam(0.02), "sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def test__whole_model__round_trips_and_trains_on_as_before(tmp_path: Path) -> None:
+    labels = np.array([1, 0], np.int32)
+    model = compiled_image_model(pj)
+    randomize(model, 7)
+    model.save(tmp_path / "m.h5")
+    reloaded = pj.keras.models.load_model(tmp_path / "m.h5")
+    assert type(reloaded.optimizer).__name__ == "Adam"
+    assert reloaded.optimizer.get_config()["learning_rate"] == pytest.approx(0.02)
+    np.testing.assert_array_equal(reloaded(X_IMG).numpy(), model(X_IMG).numpy())
+    for m in (model, reloaded):
+        m.fit(X_IMG, labels, epochs=1, verbose=0)
+    for got, want in zip(reloaded.get_weights(), model.get_weights(), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    uncompiled = pj.keras.models.load_model(tmp_path / "m.h5", compile=False)
+    assert not getattr(uncompiled, "_is_compiled", False)
+
+
+def test__whole_model_saved_by_popjit__loads_in_stock_keras(tmp_path: Path, real_tf: Any) -> None:
+    model = compiled_image_model(pj)
+    randomize(model, 8)
+    model.save(str(tmp_path / "m.h5"))
+    theirs = real_tf.keras.models.load_model(str(tmp_path / "m.h5"))
+    np.testing.assert_allclose(theirs(X_IMG).numpy(), model(X_IMG).numpy(), rtol=1e-5, atol=1e-5)
+    assert type(theirs.optimizer).__name__ == "Adam"
+
+
+def test__whole_model_files_popjit_cannot_read_or_write(tmp_path: Path, real_tf: Any) -> None:
+    theirs = compiled_image_model(real_tf)
+    randomize(theirs, 9)
+    theirs.save(str(tmp_path / "keras3.h5"))
+    with pytest.raises(UnimplementedError, match=r"written by Keras 3.*model\.load_weights"):
+        pj.keras.models.load_model(str(tmp_path / "keras3.h5"))
+    ours = image_model(pj)
+    ours.load_weights(str(tmp_path / "keras3.h5"))
+    np.testing.assert_allclose(ours(X_IMG).numpy(), theirs(X_IMG).numpy(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(UnimplementedError, match="Keras 2's HDF5 format only"):
+        ours.save(tmp_path / "m.keras")
+    with pytest.raises(UnimplementedError, match="Sequential models only"):
+        sequence_model(pj).save(tmp_path / "functional.h5")
+    ours.save_weights(tmp_path / "weights.h5")
+    with pytest.raises(ValueError, match="No model config found"):
+        pj.keras.models.load_model(tmp_path / "weights.h5")
+    with pytest.raises(OSError, match="No file or directory found"):
+        pj.keras.models.load_model(tmp_path / "missing.h5")
