@@ -120,6 +120,18 @@ def collapse_kernel(k: Kernel) -> Kernel:
     return Kernel(k.name, tuple(dsizes), stores, reduce, k.ops)
 
 
+
+def scatters(k: Kernel) -> bool:
+    """Whether two iterations of ``k``'s outermost loop may store to the same element: a store index
+    holding a gathered value that depends on that loop (a scatter such as ``out[ids[n]] += x[n]``).
+    Such a kernel must not be split over threads."""
+    outer = IVar("i0")
+    for store in k.stores:
+        for atom in AtomCollector().collect_index(store.index):
+            if isinstance(atom, IValue) and outer in AtomCollector().inside(atom):
+                return True
+    return False
+
 class KernelMapper(StmtMutator):
     """Replaces every kernel, nested ones included, by ``fn(kernel)``."""
 

@@ -19,13 +19,12 @@ import numpy as np
 from popjit import dtypes
 from popjit.errors import InvalidArgumentError
 from popjit.ir.graph import Aval
-from popjit.ir.lazy import Lazy
+from popjit.ir.lazy import Lazy, elementwise
 from popjit.ir.loop import (
     Apply,
     Const,
     IndexValue,
     Kernel,
-    Reduce,
     Store,
     as_index,
     flat_index,
@@ -196,9 +195,12 @@ register(OpDef("one_hot", MOVEMENT, _one_hot_infer, _one_hot_ref, _one_hot_lower
 # shared with ``data`` and the output (gather's ``batch_dims`` backwards; TF's op has none, so the
 # ``tf.math`` function always passes 0).
 #
-# Lowering: a reduction kernel over the output with the ids as its reduction domain,
-# ``out[s, j] = sum_n (ids[n] == s ? data[n, j] : 0)``. It fuses its producers and needs no new
-# loop-IR statement, but costs |out| x |ids per batch| steps, against |data| for a true scatter.
+# Lowering: a true scatter, as Poplar's multiUpdateAdd: the output is zeroed, then one kernel over
+# ``data``'s domain adds each row into the row its id names, ``out[ids[n], j] += data[n, j]`` (ids out of
+# range add nothing). That costs |data| steps (an Embedding(20000, 128) gradient over 2,560 ids is 330 K
+# additions, where a reduction over the ids for every output element was 6.5 G). Rows of different ids
+# may collide, so the engine runs such a kernel serially (:func:`popjit.ir.loop.scatters`). float16
+# sums in a float32 buffer, rounded once at the end, as the reference does.
 
 SEGMENT_DTYPES = (dtypes.float16, dtypes.float32, dtypes.float64, dtypes.int8, dtypes.uint8, dtypes.int16,
                   dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64)
@@ -238,20 +240,31 @@ def _segment_sum_ref(data: np.ndarray, segment_ids: np.ndarray, num_segments: in
 def _segment_sum_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
     data, ids = args
     out = node.outputs[0].aval
-    b = node.attrs.get("batch_dims", 0)
-    buf = ctx.new_temp(out.shape, out.dtype, "segment_sum")
-    if out.size == 0:
-        return [Lazy.of_buffer(buf, out.shape)]
-    dvars = tuple(ivar(f"i{k}") for k in range(out.ndim))
-    rvars = tuple(ivar(f"r{k}") for k in range(ids.ndim - b))
-    which = Apply("cast", (ids.build(dvars[:b] + rvars),), dtypes.int64, (("dtype", dtypes.int64),))
-    hit = Apply("equal", (which, IndexValue(dvars[b], dtypes.int64)), dtypes.bool_)
-    value = data.build(dvars[:b] + rvars + dvars[b + 1:])
-    body = Apply("select", (hit, value, Const(0, out.dtype)), out.dtype)
-    store = Store(buf, flat_index(dvars, row_major_strides(out.shape)), body)
-    ops = (*data.ops, *ids.ops, "segment_sum")
-    ctx.emit(Kernel(ctx.name("segment_sum", ops), out.shape, [store], Reduce("sum", ids.shape[b:]), ops))
-    return [Lazy.of_buffer(buf, out.shape)]
+    b, segments = node.attrs.get("batch_dims", 0), out.shape[node.attrs.get("batch_dims", 0)]
+    acc_dtype = dtypes.float32 if out.dtype == dtypes.float16 else out.dtype
+    acc = ctx.new_temp(out.shape, acc_dtype, "segment_sum")
+    strides = row_major_strides(out.shape)
+    ovars = tuple(ivar(f"i{k}") for k in range(out.ndim))
+    ctx.emit(Kernel(ctx.name("segment_zero", ()), out.shape, [Store(acc, flat_index(ovars, strides),
+                                                                     Const(0, acc_dtype))], None, ("zeros",)))
+    if data.size and segments:
+        dvars = tuple(ivar(f"i{k}") for k in range(data.ndim))
+        seg = Apply("cast", (ids.build(dvars[:ids.ndim]),), dtypes.int64, (("dtype", dtypes.int64),))
+        row = dvars[:b] + (iclamp(ivalue(seg), 0, segments - 1),) + dvars[ids.ndim:]
+        current = Lazy.of_buffer(acc, out.shape).build(row)
+        value = data.build(dvars)
+        if acc_dtype != out.dtype:
+            value = Apply("cast", (value,), acc_dtype, (("dtype", acc_dtype),))
+        inside = Apply("logical_and", (Apply("greater_equal", (seg, Const(0, dtypes.int64)), dtypes.bool_),
+                                       Apply("less", (seg, Const(segments, dtypes.int64)), dtypes.bool_)), dtypes.bool_)
+        added = Apply("select", (inside, Apply("add", (current, value), acc_dtype), current), acc_dtype)
+        ops = (*data.ops, *ids.ops, "segment_sum")
+        ctx.emit(Kernel(ctx.name("segment_sum", ops), data.shape, [Store(acc, flat_index(row, strides), added)],
+                        None, ops))
+    result = Lazy.of_buffer(acc, out.shape)
+    if acc_dtype == out.dtype:
+        return [result]
+    return [elementwise("cast", [result], out.shape, out.dtype, {"dtype": out.dtype})]
 
 
 register(OpDef("unsorted_segment_sum", REDUCE, _segment_sum_infer, _segment_sum_ref, _segment_sum_lower,

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import popjit.tensorflow as tf
 from popjit.errors import InvalidArgumentError
 from popjit.ir.loop import Kernel
+from popjit.loop.passes import scatters
 from tests.ops.strategies import DTYPES, arrays, check_paths, finite_values, run_all, tensorflow_or_skip
 
 
@@ -164,7 +165,7 @@ def segment_cases(draw: Any) -> tuple[np.ndarray, np.ndarray, int]:
     """(data, segment_ids, num_segments) with some ids out of range, which are dropped."""
     ishape = tuple(draw(st.integers(1, 4)) for _ in range(draw(st.integers(1, 2))))
     inner = tuple(draw(st.integers(1, 3)) for _ in range(draw(st.integers(0, 2))))
-    dt = draw(st.sampled_from(["float32", "int32"]))
+    dt = draw(st.sampled_from(["float32", "float16", "int32"]))
     data = draw(arrays(dt, ishape + inner, lambda d: finite_values(d, 50)))
     num_segments = draw(st.integers(0, 5))
     ids = draw(arrays("int32", ishape, lambda _: st.integers(-1, num_segments)))
@@ -186,6 +187,41 @@ def test__unsorted_segment_sum__matches_numpy_dropping_out_of_range_ids(case: tu
     data, ids, n = case
     check_paths(run_all(lambda d, i: tf.math.unsorted_segment_sum(d, i, n), data, ids),
                 numpy_segment_sum(data, ids, n), exact=data.dtype.kind == "i", what=f"segment_sum into {n}")
+
+
+def test__unsorted_segment_sum__is_a_scatter_over_the_data_run_serially_when_ids_collide() -> None:
+    # Large enough for the engine's parallel split, with every id repeated thousands of times: a
+    # parallel scatter would lose additions. The work is one pass over the data (|data| steps), not a
+    # reduction over the ids for every output element (|out| x |ids|).
+    rng = np.random.default_rng(0)
+    data = rng.integers(-3, 4, size=(300_000, 2)).astype(np.float32)
+    ids = rng.integers(-1, 6, size=300_000).astype(np.int32)
+    fn = tf.function(lambda d, i: tf.math.unsorted_segment_sum(d, i, 5), jit_compile=True)
+    np.testing.assert_array_equal(fn(data, ids).numpy(), numpy_segment_sum(data, ids, 5))
+    exe = fn.get_concrete_function(data, ids).executable("/device:IPU:0")
+    kernels = [s for s in exe.program.walk() if isinstance(s, Kernel)]
+    assert max(k.size for k in kernels) == data.size and all(k.reduce is None for k in kernels)
+    assert [k.size for k in kernels if scatters(k)] == [data.size]  # the engine runs it on one thread
+
+
+def test__embedding_gradient__costs_the_ids_rows_not_the_table_times_the_ids() -> None:
+    table = tf.Variable(np.zeros((20_000, 16), np.float32))
+    ids = np.arange(2_560, dtype=np.int32).reshape(32, 80) * 7 % 20_000
+
+    @tf.function(jit_compile=True)
+    def step(i):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.gather(table, i) ** 2 + tf.gather(table, i))
+        return tape.gradient(loss, table)
+
+    grad = step(ids).numpy()
+    expected = np.zeros((20_000, 16), np.float32)
+    np.add.at(expected, ids.reshape(-1), 1.0)
+    np.testing.assert_array_equal(grad, expected)
+    exe = step.get_concrete_function(ids).executable("/device:IPU:0")
+    work = sum(s.size * (np.prod(s.reduce.rdomain) if s.reduce else 1) for s in exe.program.walk()
+               if isinstance(s, Kernel))
+    assert work < 4 * 20_000 * 16 + 4 * 2_560 * 16  # a few passes over the table and the rows, not 2,560 x table
 
 
 def test__unsorted_segment_sum__ids_must_prefix_data_shape() -> None:
