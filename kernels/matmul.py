@@ -3,7 +3,8 @@
 On the virtual IPU a matmul is many partial-product vertices (the schedule accounts for them);
 they form one regular block, so the engine runs them as one call: BLAS for float32/float64
 (the same OpenBLAS NumPy uses), a plain triple loop for integers, float32 BLAS with widening
-for float16.
+for float16 (``matmul_f16_rounded`` rounds its results as ``IPUConfig.floating_point_behaviour``
+asks: NaN on overflow, stochastically).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 from .bits import f16_to_f32, f32_to_f16
 from .blas import HAVE_CBLAS, NO_TRANS, ROW_MAJOR, SERIAL_GEMM_MACS, TRANS, cblas_dgemm, cblas_sgemm, set_threads_local
 from .jit import codelet
+from .rounding import f32_to_f16_nanoo, f32_to_f16_sr, f32_to_f16_sr_nanoo, sr_base, sr_bits
 
 if HAVE_CBLAS:
 
@@ -86,16 +88,38 @@ def matmul_int(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta):
 
 
 @codelet
-def matmul_f16(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta):
-    # alpha/beta: always 1 and 0 here (updates are folded into float32/float64 matmuls only)
+def _matmul_f16_wide(a, b, size, batch, m, n, k, ta, tb, a_bs, b_bs):
+    """The float32 products of float16 operands (as the AMP accumulates them), ``size`` values."""
     aw = np.empty(a.size, np.float32)
     bw = np.empty(b.size, np.float32)
-    ow = np.empty(out.size, np.float32)
+    ow = np.empty(size, np.float32)
     for i in range(a.size):
         aw[i] = f16_to_f32(a[i])
     for i in range(b.size):
         bw[i] = f16_to_f32(b[i])
     matmul_f32(ow, aw, bw, batch, m, n, k, ta, tb, a_bs, b_bs, np.float32(1.0), np.float32(0.0))
+    return ow
+
+
+@codelet
+def matmul_f16(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta):
+    # alpha/beta: always 1 and 0 here (updates are folded into float32/float64 matmuls only)
+    ow = _matmul_f16_wide(a, b, out.size, batch, m, n, k, ta, tb, a_bs, b_bs)
     for i in range(out.size):
         out[i] = f32_to_f16(ow[i])
+    return 0
+
+
+@codelet
+def matmul_f16_rounded(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, nanoo, sr, k0, k1, call):
+    """:func:`matmul_f16` with results rounded to float16 with NaN on overflow (``nanoo``) and/or
+    stochastically (``sr``, with the rounding key ``k0, k1`` and call number ``call``)."""
+    ow = _matmul_f16_wide(a, b, out.size, batch, m, n, k, ta, tb, a_bs, b_bs)
+    base = sr_base(k0, k1, call, 0)
+    for i in range(out.size):
+        if sr:
+            bits = sr_bits(base, i)
+            out[i] = f32_to_f16_sr_nanoo(ow[i], bits) if nanoo else f32_to_f16_sr(ow[i], bits)
+        else:
+            out[i] = f32_to_f16_nanoo(ow[i])
     return 0

@@ -8,6 +8,12 @@ the numbers.
 
 Codelet signature: ``def codelet(b0, b1, ..., p0, p1, ..., f0, ...)`` where ``b`` are flat
 buffers (float16 as uint16 bit patterns), ``p`` int64 and ``f`` float64 scalars.
+
+The program's :class:`~popjit.codegen.numerics.Numerics` (``IPUConfig.floating_point_behaviour``)
+changes two things, and nothing at all when every option is off: how results round to float16
+(NaN on overflow; stochastic rounding, where the codelet takes the device's rounding key and a call
+number as three more arguments ``sk0, sk1, sc``), and trap checks (``inv``, ``div0``, ``oflo``):
+flags the codelet returns as a mask instead of 0.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from popjit import dtypes
+from popjit.codegen.numerics import DEFAULT, Numerics
 from popjit.dtypes import DType
 from popjit.ir.loop import (
     Apply,
@@ -40,6 +47,7 @@ HEADER = """import numpy as np
 from numba import prange
 from popjit.kernels import math as km
 from popjit.kernels import random as kr
+from popjit.kernels import rounding as kq
 from popjit.kernels.bits import f16_to_f32, f32_to_f16
 """
 CHUNK = 1 << 15  # elements per parallel chunk
@@ -56,6 +64,8 @@ class Rendered:
     ints: list[int]
     floats: list[float]
     parallel: bool = False
+    rounding_state: bool = False  # takes the device's stochastic-rounding key and call number
+    traps: bool = False  # returns a trap mask (0: no exception)
 
     @property
     def key(self) -> str:
@@ -107,6 +117,123 @@ class _LoopVars(ExprVisitor):
         self.names.add(a.name)
 
 
+def _may_be_inf(e: Expr) -> bool:
+    """Whether a float value can be ±inf (not a finite constant, nor the result of a bounded op)."""
+    if isinstance(e, Const):
+        return e.dtype.is_floating and not math.isfinite(float(e.value))
+    return e.dtype.is_floating and not (isinstance(e, Apply) and e.op in _BOUNDED)
+
+
+def _loop_vars(e: Expr | ILin) -> set[str]:
+    found = _LoopVars()
+    found.index(e) if isinstance(e, ILin) else found.expr(e)
+    return found.names
+
+
+# Ops whose result is not floating-point arithmetic on their operands: a NaN passing through them is
+# no invalid operation (classifications, and select, which moves data).
+_NO_TRAP = frozenset({"is_nan", "is_finite", "select"})
+# Division-like ops and the argument whose zero makes an infinite result a division by zero.
+_POLES = {"div": 1, "floordiv": 1, "truncdiv": 1, "reciprocal": 0, "rsqrt": 0, "log": 0, "pow": 0}
+# Ops whose result is finite whatever their (non-NaN) arguments: never an overflow, never ±inf.
+_BOUNDED = frozenset({"tanh", "sigmoid", "erf", "sin", "cos"})
+
+
+class _FloatPoint:
+    """The floating-point behaviour of one codelet being rendered (see the module docstring): how its
+    results round to float16, and the trap flags it keeps (``tinv``, ``tdz``, ``tov``, plus ``rinf``:
+    a reduction had an infinite input, so an infinite total is no overflow). Flags, not counts: a
+    boolean or-reduction keeps the loops vectorised."""
+
+    def __init__(self, numerics: Numerics, sizes: dict[str, str]) -> None:
+        self.numerics = numerics
+        self.sizes = sizes  # loop variable -> its trip count (source)
+        self.lanes = 0  # stochastic rounding sites so far
+
+    @property
+    def traps(self) -> bool:
+        return bool(self.numerics.traps)
+
+    def convert(self) -> str:
+        """The float32 → float16 function of this codelet (it takes random bits too when stochastic)."""
+        n = self.numerics
+        return f"kq.f32_to_f16_{'sr_' if n.sr else ''}nanoo" if n.nanoo else \
+            ("kq.f32_to_f16_sr" if n.sr else "f32_to_f16")
+
+    def index(self, names: set[str]) -> str:
+        """The iteration's position over the loop variables ``names``, mixed-radix by their trip counts
+        (domain variables first): distinct iterations draw distinct random bits."""
+        code = ""
+        for name in sorted(names, key=lambda v: (v[0] != "i", int(v[1:]))):
+            code = name if not code else f"({code}) * {self.sizes[name]} + {name}"
+        return code or "0"
+
+    def round16(self, value: str, names: set[str], hoist: Any) -> str:
+        """Source of float32 ``value`` rounded to float16 bits (``names``: the loop variables it depends on;
+        ``hoist(code, key)``: a variable computed once per call, before the loops)."""
+        if not self.numerics.sr:
+            return f"{self.convert()}({value})"
+        self.lanes += 1
+        base = hoist(f"kq.sr_base(sk0, sk1, sc, {self.lanes - 1})", ("rounding site", self.lanes - 1))
+        return f"{self.convert()}({value}, kq.sr_bits({base}, {self.index(names)}))"
+
+    def prologue(self) -> list[str]:
+        return ["tinv = False", "tdz = False", "tov = False", "rinf = False"] if self.traps else []
+
+    def result(self) -> str:
+        return "tinv * 1 + tdz * 2 + tov * 4" if self.traps else "0"
+
+    def check_apply(self, e: Apply, value: str, args: list[str], infs: list[str], pre: str | None) -> list[str]:
+        """Trap checks of the result ``value`` of ``e``. ``infs``: the ±inf flags of the result and of
+        its float arguments (when ``oflo`` or ``div0`` is on); ``pre``: the float32 value before rounding
+        to float16, when NaN on overflow may have hidden an overflow. NaN results are checked where
+        they are stored (NaN propagates through arithmetic), and here only as arguments of ops that
+        drop it (comparisons, casts to integers, select, pow)."""
+        n = self.numerics
+        floats = [a for a, x in zip(args, e.args) if x.dtype.is_floating]
+        lines = []
+        if n.inv and floats and e.op not in ("is_nan", "is_finite") and (
+                not e.dtype.is_floating or e.op in ("select", "pow")):
+            lines.append(f"tinv |= {' | '.join(f'({a} != {a})' for a in floats)}")
+        if not (n.oflo or n.div0) or not e.dtype.is_floating or e.op in _NO_TRAP | _BOUNDED:
+            return lines
+        result, *operands = infs
+        lines.append(f"ovf = {result} & (not ({' | '.join(operands)}))" if operands else f"ovf = {result}")
+        pole = _POLES.get(e.op)
+        if pole is not None and n.div0:
+            lines.append(f"tdz |= ovf & ({args[pole]} == 0)")
+        if n.oflo:
+            over = f"ovf & ({args[pole]} != 0)" if pole is not None else "ovf"
+            lines.append(f"tov |= {over}" + (f" | (({value} != {value}) & ({pre} == {pre}))" if pre else ""))
+        return lines
+
+    def check_store(self, value: str, e: Expr) -> list[str]:
+        """Trap check of a computed float value that is stored: NaN is an invalid operation."""
+        computed = isinstance(e, Apply) and e.op not in _NO_TRAP
+        return [f"tinv |= {value} != {value}"] if self.numerics.inv and computed and e.dtype.is_floating else []
+
+    def check_total(self, total: str, rounded: str | None = None) -> list[str]:
+        """Trap checks of a reduction's or scan's result ``total`` (``rounded``: its float16 value):
+        NaN is an invalid operation; an infinite total of finite inputs, or a finite total that
+        rounds past float16, an overflow."""
+        n = self.numerics
+        lines = [f"tinv |= {total} != {total}"] if n.inv else []
+        if n.oflo:
+            lines.append(f"tov |= (abs({total}) == km.INF) & (not rinf)")
+            if rounded is not None:
+                past = f"(abs({rounded}) == km.INF) | ({rounded} != {rounded})"
+                lines.append(f"tov |= (abs({total}) < km.INF) & ({past})")
+        return lines
+
+    def count_inputs(self, value: str, dtype: DType) -> list[str]:
+        """Checks of a reduction's input: NaN is an invalid operation; a ±inf input means an infinite
+        total is no overflow (see :meth:`check_total`)."""
+        if not dtype.is_floating:
+            return []
+        return ([f"tinv |= {value} != {value}"] if self.numerics.inv else []) + \
+            ([f"rinf |= abs({value}) == km.INF"] if self.numerics.oflo else [])
+
+
 class _Body(IndexFormatter):
     """Renders expressions as a sequence of SSA assignments, one per distinct subexpression; indices
     as Python source with their integers as parameters.
@@ -117,7 +244,8 @@ class _Body(IndexFormatter):
     iteration (loop-invariant code motion, done here because LLVM's loop vectorizer can take
     minutes on an inner loop that recomputes a long invariant chain)."""
 
-    def __init__(self, params: _Params, hoisted: list[str], loop_levels: dict[str, int] | None = None) -> None:
+    def __init__(self, params: _Params, hoisted: list[str], loop_levels: dict[str, int] | None = None,
+                 fp: _FloatPoint | None = None) -> None:
         super().__init__(params.int, self.expr)
         self.params = params
         self.lines: list[str] = []
@@ -126,22 +254,49 @@ class _Body(IndexFormatter):
         self.memo: dict[Any, str] = {}
         self.hoisted = hoisted
         self.hoist_memo: dict[Any, str] = {}
+        self.fp = fp or _FloatPoint(DEFAULT, {})
+        self.infs: dict[str, str] = {}  # value -> its ±inf flag (trap checks)
+        self.level_of: dict[str, int] = {}  # value -> the loop level it is computed at
 
-    def tmp(self, code: str, key: Expr) -> str:
+    def tmp(self, code: str, key: Any, at: Expr | None = None) -> str:
+        """A variable holding ``code``, the value of ``key`` (placed at the loop level of ``at``, else ``key``)."""
         if key in self.memo:
             return self.memo[key]
         name = f"v{len(self.memo)}"
         self.memo[key] = name
         self.lines.append(f"{name} = {code}")
-        self.levels.append(self._level(key))
+        self.levels.append(self._level(key if at is None else at))
+        self.level_of[name] = self.levels[-1]
         return name
+
+    def inf_flag(self, value: str) -> str:
+        """A variable that is True where ``value`` is ±inf, computed once where ``value`` is."""
+        if value not in self.infs:
+            flag = self.infs[value] = f"n{value}"
+            line = f"{flag} = abs({value}) == km.INF"
+            if value in self.level_of:
+                self.lines.append(line)
+                self.levels.append(self.level_of[value])
+            else:  # a hoisted constant or load
+                self.hoisted.append(line)
+        return self.infs[value]
 
     def _level(self, e: Expr | ILin) -> int:
         if not self.loop_levels:
             return 0
-        found = _LoopVars()
-        found.index(e) if isinstance(e, ILin) else found.expr(e)
-        return max((self.loop_levels.get(n, 0) for n in found.names), default=0)
+        return max((self.loop_levels.get(n, 0) for n in _loop_vars(e)), default=0)
+
+    def extra(self, lines: list[str]) -> None:
+        """Lines that belong with the last value computed (trap checks): the same loop level."""
+        level = self.levels[-1] if self.levels else 0
+        self.lines += lines
+        self.levels += [level] * len(lines)
+
+    def round16(self, value: str, key: Expr) -> str:
+        """Source of float32 ``value`` (the value of ``key``) rounded to float16 and widened back."""
+        if self.fp.numerics == DEFAULT:
+            return f"f16_to_f32(f32_to_f16(np.float32({value})))"
+        return f"f16_to_f32({self.fp.round16(f'np.float32({value})', _loop_vars(key), self.hoist)})"
 
     def flat_index(self, ix: ILin) -> str:
         """``ix`` as source, its terms that stay fixed in the innermost loop it depends on summed
@@ -194,7 +349,7 @@ class _Body(IndexFormatter):
     def visit_index_value(self, e: IndexValue) -> str:
         code = self.index(e.index)
         if e.dtype == dtypes.float16:
-            return self.tmp(f"f16_to_f32(f32_to_f16(np.float32({code})))", e)
+            return self.tmp(self.round16(code, e), e)
         return self.tmp(code if not e.dtype.is_floating else f"{compute_type(e.dtype)}({code})", e)
 
     def visit_apply(self, e: Apply) -> str:
@@ -202,17 +357,26 @@ class _Body(IndexFormatter):
         op = registry.get(e.op)
         in_dtype = e.args[1].dtype if e.op == "select" else e.args[0].dtype
         code = registry.facet(op, "scalar")(args, in_dtype, **e.attr_dict)
+        pre = None
         if e.dtype == dtypes.float16 and not op.half_exact:
             # why: float16 computes in float32, but each op's result rounds to float16 as in
             # TensorFlow, XLA and on the IPU, also inside a fused chain.
-            code = f"f16_to_f32(f32_to_f16(np.float32({code})))"
+            if self.fp.numerics.nanoo and self.fp.numerics.oflo:  # the overflow NaN hides: keep the float32 value
+                pre = code = self.tmp(f"np.float32({code})", ("float32", e), e)
+            code = self.round16(code, e)
         elif e.dtype.is_floating and not (e.args and e.args[-1].dtype.is_floating and e.op != "cast"):
             code = f"{compute_type(e.dtype)}({code})"
         elif e.dtype.is_integer:
             # why: Numba computes int32 arithmetic in int64; wrap each result to its dtype, so a
             # fused ``(a * b) // c`` overflows like TensorFlow's ``a * b`` does.
             code = f"{compute_type(e.dtype)}({code})"
-        return self.tmp(code, e)
+        name = self.tmp(code, e)
+        n = self.fp.numerics
+        infs: list[str] = []
+        if (n.oflo or n.div0) and e.dtype.is_floating and e.op not in _NO_TRAP | _BOUNDED:
+            infs = [self.inf_flag(name)] + [self.inf_flag(v) for v, x in zip(args, e.args) if _may_be_inf(x)]
+        self.extra(self.fp.check_apply(e, name, args, infs, pre))
+        return name
 
     def const(self, value: Any, dtype: DType) -> str:
         if dtype.is_bool:
@@ -221,8 +385,13 @@ class _Body(IndexFormatter):
             return self.hoist(f"{compute_type(dtype)}({self.params.float(value)})", ("f", float(value), dtype.name))
         return self.hoist(f"{compute_type(dtype)}({self.params.int(int(value))})", ("i", int(value), dtype.name))
 
-    def store_value(self, buf: Buffer, value: str) -> str:
+    def store_value(self, buf: Buffer, value: str, rounds: ILin | None = None) -> str:
+        """Source of ``value`` converted for a store into ``buf``. ``rounds``: ``value`` is a float32
+        total (a reduction's) that rounds to float16 at the store, at that index; otherwise a float16
+        value is exact already."""
         if buf.dtype == dtypes.float16:
+            if rounds is not None:
+                return self.fp.round16(value, _loop_vars(rounds), self.hoist)
             return f"f32_to_f16({value})"
         if buf.dtype.is_floating:
             return f"{compute_type(buf.dtype)}({value})"
@@ -261,54 +430,68 @@ def _reduce_init(red: Reduction, dtype: DType) -> str:
     return f"{compute_type(dtype)}({v})"
 
 
-def render_kernel(k: Kernel, parallel: bool = False) -> Rendered:
-    """Render a kernel as a Numba codelet. ``parallel`` splits the outermost loop over threads."""
+def render_kernel(k: Kernel, parallel: bool = False, numerics: Numerics = DEFAULT) -> Rendered:
+    """Render a kernel as a Numba codelet. ``parallel`` splits the outermost loop over threads;
+    ``numerics``: the program's floating-point behaviour."""
     params = _Params()
     hoisted: list[str] = []
+    fp = _FloatPoint(numerics, {})
     if k.reduce is None:
-        lines = _render_elementwise(k, params, hoisted, parallel)
+        lines = _render_elementwise(k, params, hoisted, parallel, fp)
     elif k.reduce.mode == "scan":
-        lines = _render_scan(k, params, hoisted)
+        lines = _render_scan(k, params, hoisted, fp)
         parallel = False
     elif REDUCTIONS[k.reduce.op].is_arg:
-        lines = _render_argreduce(k, params, hoisted)
+        lines = _render_argreduce(k, params, hoisted, fp)
         parallel = False
     else:
-        lines = _render_reduce(k, params, hoisted, parallel)
+        lines = _render_reduce(k, params, hoisted, parallel, fp)
         parallel = parallel and bool(k.domain) and _inner_reduce(k)  # only that form has a prange loop
     args = [f"b{i}" for i in range(len(params.buffers))]
     args += [f"p{i}" for i in range(len(params.ints))] + [f"f{i}" for i in range(len(params.floats))]
-    body = _indent(hoisted, 1) + _indent(lines, 1) + ["    return 0"]
+    if fp.lanes:
+        args += ["sk0", "sk1", "sc"]
+    body = _indent(fp.prologue() + hoisted, 1) + _indent(lines, 1) + [f"    return {fp.result()}"]
     sig_dtypes = ", ".join(f"{b.dtype.short}" for b in params.buffers)
     head = f"# buffers: {sig_dtypes}\n"
     if parallel:
-        text = head + _parallel_source(", ".join(args), body, params.domain_sizes)
+        text = head + _parallel_source(", ".join(args), body, params.domain_sizes, fp.traps)
     else:
         text = head + f"{SERIAL}\ndef NAME({', '.join(args)}):\n" + "\n".join(body) + "\n"
     name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:20]
-    return Rendered(text.replace("NAME", name), name, params.buffers, params.ints, params.floats, parallel)
+    return Rendered(text.replace("NAME", name), name, params.buffers, params.ints, params.floats, parallel,
+                    bool(fp.lanes), fp.traps)
 
 
-def _parallel_source(args: str, body: list[str], sizes: list[str]) -> str:
+def _parallel_source(args: str, body: list[str], sizes: list[str], traps: bool = False) -> str:
     """A serial ``NAME_chunk`` over outer rows ``[lo, hi)`` (it vectorises: Numba inlines the scalar math
-    into it, which it does not inside a ``prange`` body) and a ``prange`` driver calling it per chunk."""
+    into it, which it does not inside a ``prange`` body) and a ``prange`` driver calling it per chunk
+    (with ``traps``, combining the chunks' trap masks)."""
     inner = " * ".join(sizes[1:]) or "1"
+    call = f"NAME_chunk({args}, lo, min(lo + rows, {sizes[0]}))"
+    if not traps:
+        loop, result = [f"        {call}"], "0"
+    else:
+        loop = [f"        t = {call}", *(f"        m{1 << k} += (t >> {k}) & 1" for k in range(3))]
+        result = "(m1 > 0) * 1 + (m2 > 0) * 2 + (m4 > 0) * 4"
     return "\n".join([
         f"{SERIAL}", f"def NAME_chunk({args}, lo, hi):", *body, "", "",
         f"{PARALLEL}", f"def NAME({args}):",
         f"    rows = max(1, {CHUNK} // max(1, {inner}))",
+        *(["    m1 = 0", "    m2 = 0", "    m4 = 0"] if traps else []),
         f"    for ch in prange(({sizes[0]} + rows - 1) // rows):",
         "        lo = ch * rows",
-        f"        NAME_chunk({args}, lo, min(lo + rows, {sizes[0]}))",
-        "    return 0", "",
+        *loop,
+        f"    return {result}", "",
     ])
 
 
-def _domain_loops(k: Kernel, params: _Params, chunked: bool) -> tuple[list[str], int]:
+def _domain_loops(k: Kernel, params: _Params, chunked: bool, fp: _FloatPoint) -> tuple[list[str], int]:
     """Loop headers over the kernel's domain; with ``chunked`` the outermost runs over ``[lo, hi)``."""
     names = [f"i{j}" for j in range(len(k.domain))]
     sizes = [params.int(d) for d in k.domain]
     params.domain_sizes = sizes
+    fp.sizes.update(zip(names, sizes))
     if not names:
         return [], 0
     if not chunked:
@@ -317,24 +500,35 @@ def _domain_loops(k: Kernel, params: _Params, chunked: bool) -> tuple[list[str],
     return ["for j0 in range(hi - lo):", "    i0 = lo + j0", *_indent(rest, 1)], depth + 1
 
 
-def _loop_headers(k: Kernel, params: _Params, chunked: bool) -> list[list[str]]:
+def _reduction_sizes(k: Kernel, params: _Params, fp: _FloatPoint) -> list[str]:
+    """The trip counts of the reduction loops ``r0, r1...``, as source."""
+    assert k.reduce is not None
+    sizes = [params.int(d) for d in k.reduce.rdomain]
+    fp.sizes.update((f"r{j}", size) for j, size in enumerate(sizes))
+    return sizes
+
+
+def _loop_headers(k: Kernel, params: _Params, chunked: bool, fp: _FloatPoint) -> list[list[str]]:
     """The opening lines of each loop over the kernel's domain, outermost first; with ``chunked`` the
     outermost runs over ``[lo, hi)``."""
     sizes = [params.int(d) for d in k.domain]
     params.domain_sizes = sizes
+    fp.sizes.update((f"i{j}", size) for j, size in enumerate(sizes))
     headers = [[f"for i{j} in range({size}):"] for j, size in enumerate(sizes)]
     if chunked and headers:
         headers[0] = ["for j0 in range(hi - lo):", "    i0 = lo + j0"]
     return headers
 
 
-def _render_elementwise(k: Kernel, params: _Params, hoisted: list[str], parallel: bool) -> list[str]:
-    headers = _loop_headers(k, params, parallel)
+def _render_elementwise(k: Kernel, params: _Params, hoisted: list[str], parallel: bool,
+                        fp: _FloatPoint) -> list[str]:
+    headers = _loop_headers(k, params, parallel, fp)
     depth = len(headers)
-    body = _Body(params, hoisted, {f"i{j}": j + 1 for j in range(depth)})
+    body = _Body(params, hoisted, {f"i{j}": j + 1 for j in range(depth)}, fp)
     values = [(s, body.expr(s.value)) for s in k.stores]
-    stores = [f"{_at(params.buf(s.buf), body.flat_index(s.index))} = {body.store_value(s.buf, v)}"
-              for s, v in values]
+    stores = [line for s, v in values for line in fp.check_store(v, s.value)]
+    stores += [f"{_at(params.buf(s.buf), body.flat_index(s.index))} = "
+               f"{body.store_value(s.buf, v, None if s.value.dtype == s.buf.dtype else s.index)}" for s, v in values]
     by_level: list[list[str]] = [[] for _ in range(depth + 1)]
     for line, level in zip(body.lines, body.levels):
         by_level[level].append(line)
@@ -356,61 +550,80 @@ def _inner_reduce(k: Kernel) -> bool:
     return True
 
 
-def _render_reduce(k: Kernel, params: _Params, hoisted: list[str], parallel: bool) -> list[str]:
+def _store_total(body: _Body, store: Any, total: str) -> list[str]:
+    """The lines storing a reduction's or scan's float32 ``total``: rounded to the buffer's type, with
+    the trap checks of a total when they are on."""
+    ref = _at(body.params.buf(store.buf), body.index(store.index))
+    value = body.store_value(store.buf, total, store.index)
+    fp = body.fp
+    if not fp.traps or not store.value.dtype.is_floating:
+        return [f"{ref} = {value}"]
+    if store.buf.dtype != dtypes.float16:
+        return [*fp.check_total(total), f"{ref} = {value}"]
+    return [f"h = {value}", *fp.check_total(total, "f16_to_f32(h)"), f"{ref} = h"]
+
+
+def _render_reduce(k: Kernel, params: _Params, hoisted: list[str], parallel: bool, fp: _FloatPoint) -> list[str]:
     assert k.reduce is not None
     (store,) = k.stores
-    red, rdomain = REDUCTIONS[k.reduce.op], k.reduce.rdomain
+    red = REDUCTIONS[k.reduce.op]
     acc_t = red.accumulator(store.value.dtype)
-    rnames = [f"r{j}" for j in range(len(rdomain))]
+    rnames = [f"r{j}" for j in range(len(k.reduce.rdomain))]
     if _inner_reduce(k) or not k.domain or acc_t != store.buf.dtype:
-        head, depth = _domain_loops(k, params, parallel)
-        rloops, rdepth = _loops(rnames, [params.int(d) for d in rdomain])
-        body = _Body(params, hoisted)
+        head, depth = _domain_loops(k, params, parallel, fp)
+        rloops, rdepth = _loops(rnames, _reduction_sizes(k, params, fp))
+        body = _Body(params, hoisted, fp=fp)
         v = body.expr(store.value)
-        inner = body.lines + [f"acc = {red.step('acc', v, acc_t)}"]
-        out = f"{_at(params.buf(store.buf), body.index(store.index))} = {body.store_value(store.buf, 'acc')}"
-        return head + _indent([f"acc = {_reduce_init(red, acc_t)}", *rloops, *_indent(inner, rdepth), out], depth)
+        inner = body.lines + fp.count_inputs(v, store.value.dtype) + [f"acc = {red.step('acc', v, acc_t)}"]
+        out = _store_total(body, store, "acc")
+        return head + _indent([f"acc = {_reduce_init(red, acc_t)}", *rloops, *_indent(inner, rdepth), *out], depth)
     # A kept axis is the contiguous one: accumulate whole output rows in the output buffer itself
     # (vectorises along the kept axis; the accumulator has the output's type, checked above).
-    body = _Body(params, hoisted)
+    body = _Body(params, hoisted, fp=fp)
     v = body.expr(store.value)
     out = _at(params.buf(store.buf), body.index(store.index))
-    head, depth = _loops([f"i{j}" for j in range(len(k.domain))], [params.int(d) for d in k.domain])
-    rloops, rdepth = _loops(rnames, [params.int(d) for d in rdomain])
+    names = [f"i{j}" for j in range(len(k.domain))]
+    sizes = [params.int(d) for d in k.domain]
+    fp.sizes.update(zip(names, sizes))
+    head, depth = _loops(names, sizes)
+    rloops, rdepth = _loops(rnames, _reduction_sizes(k, params, fp))
     init = head + _indent([f"{out} = {_reduce_init(red, acc_t)}"], depth)
-    update = body.lines + [f"{out} = {red.step(out, v, acc_t)}"]
-    return init + rloops + _indent(head + _indent(update, depth), rdepth)
+    update = body.lines + fp.count_inputs(v, store.value.dtype) + [f"{out} = {red.step(out, v, acc_t)}"]
+    checks = fp.check_total(out) if fp.traps and acc_t.is_floating else []
+    return init + rloops + _indent(head + _indent(update, depth), rdepth) + \
+        (head + _indent(checks, depth) if checks else [])
 
 
-def _render_argreduce(k: Kernel, params: _Params, hoisted: list[str]) -> list[str]:
+def _render_argreduce(k: Kernel, params: _Params, hoisted: list[str], fp: _FloatPoint) -> list[str]:
     assert k.reduce is not None
     (store,) = k.stores
     red = REDUCTIONS[k.reduce.op]
     better = red.better
-    head, depth = _domain_loops(k, params, False)
+    head, depth = _domain_loops(k, params, False, fp)
     n = params.int(k.reduce.rdomain[0])
-    body = _Body(params, hoisted)
+    body = _Body(params, hoisted, fp=fp)
     v = body.expr(store.value)
     init = _reduce_init(red, store.value.dtype)
     nan = store.value.dtype.is_floating
     cond = f"({v} {better} best or ({v} != {v} and best == best))" if nan else f"{v} {better} best"
-    inner = [*body.lines, f"if {cond}:", f"    best = {v}", "    bi = r0"]
+    compared = [f"tinv |= {v} != {v}"] if nan and fp.numerics.inv else []  # comparing a NaN is invalid
+    inner = [*body.lines, *compared, f"if {cond}:", f"    best = {v}", "    bi = r0"]
     out = f"{_at(params.buf(store.buf), body.index(store.index))} = {body.store_value(store.buf, 'bi')}"
     return head + _indent([f"best = {init}", "bi = 0", f"for r0 in range({n}):", *_indent(inner, 1), out], depth)
 
 
-def _render_scan(k: Kernel, params: _Params, hoisted: list[str]) -> list[str]:
+def _render_scan(k: Kernel, params: _Params, hoisted: list[str], fp: _FloatPoint) -> list[str]:
     assert k.reduce is not None
     (store,) = k.stores
-    head, depth = _domain_loops(k, params, False)
-    n = params.int(k.reduce.rdomain[0])
+    head, depth = _domain_loops(k, params, False, fp)
+    (n,) = _reduction_sizes(k, params, fp)
     total = REDUCTIONS[k.reduce.op]
     acc_t = total.accumulator(store.value.dtype)
-    body = _Body(params, hoisted)
+    body = _Body(params, hoisted, fp=fp)
     v = body.expr(store.value)
-    out = f"{_at(params.buf(store.buf), body.index(store.index))} = {body.store_value(store.buf, 'acc')}"
-    update = f"acc = {total.step('acc', v, acc_t)}"
-    step = [update, out] if not k.reduce.exclusive else [out, update]
+    out = _store_total(body, store, "acc")
+    update = [*fp.count_inputs(v, store.value.dtype), f"acc = {total.step('acc', v, acc_t)}"]
+    step = [*update, *out] if not k.reduce.exclusive else [*out, *update]
     r0 = f"({n} - 1 - rr)" if k.reduce.reverse else "rr"
     inner = [f"r0 = {r0}", *body.lines, *step]
     return head + _indent([f"acc = {_reduce_init(total, acc_t)}", f"for rr in range({n}):", *_indent(inner, 1)],

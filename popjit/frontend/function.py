@@ -20,7 +20,7 @@ import numpy as np
 
 from popjit import context, dtypes
 from popjit.errors import InvalidArgumentError, UnimplementedError
-from popjit.frontend import nest
+from popjit.frontend import nest, random_ops
 from popjit.frontend.autograph import convert
 from popjit.frontend.convert import array_dtype
 from popjit.frontend.tensor import Tensor, TensorShape
@@ -137,7 +137,8 @@ class ConcreteFunction:
         target = devices.program_target(device, self.jit_compile)
         if self._fingerprint is None:
             self._fingerprint = self.graph.fingerprint()
-        exe = compile_cached(self.graph, target, on_ipu=ordinal is not None, fingerprint=self._fingerprint)
+        exe = compile_cached(self.graph, target, on_ipu=ordinal is not None, fingerprint=self._fingerprint,
+                             numerics=devices.program_numerics(device))
         if ordinal is not None and (ordinal, target) not in self._devices_compiled_for:
             self._devices_compiled_for.add((ordinal, target))
             devices.get_device(ordinal).compilations += 1
@@ -146,8 +147,9 @@ class ConcreteFunction:
     def run(self, leaves: list[Any], device: str) -> Any:
         exe = self.executable(device)
         args = {k: _leaf_array(leaves[k]) for k, _ in self.graph.arg_params()}
-        variables = {vid: _variable_buffer(vid) for vid in self.graph.variables}
-        outs = exe.run(args, variables, streams.FEEDS)
+        generator = devices.generator(device)
+        variables = {vid: _variable_buffer(vid, generator) for vid in self.graph.variables}
+        outs = exe.run(args, variables, streams.FEEDS, generator.rounding)
         ordinal = devices.ipu_ordinal(device)
         if ordinal is not None:
             devices.get_device(ordinal).record_run(exe)
@@ -164,7 +166,10 @@ class ConcreteFunction:
         return self.out_tree
 
 
-def _variable_buffer(vid: int) -> np.ndarray:
+def _variable_buffer(vid: int, generator: devices.GeneratorState) -> np.ndarray:
+    """The buffer of variable ``vid``; random ops' view of the device's generator is that device's own."""
+    if vid == random_ops.GENERATOR_WORDS.ref.id:
+        return generator.words
     var = VARIABLES.get(vid)
     if var is None:
         raise InvalidArgumentError(f"A variable used by this function (#{vid}) no longer exists.")

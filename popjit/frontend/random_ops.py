@@ -16,6 +16,14 @@ Stateful ops (``uniform``, ``normal``, ``truncated_normal``) give new numbers on
 a per-key call counter (reset by ``set_seed``) advances; inside a compiled function each op owns a
 hidden int32 variable in device memory that the program reads and increments, so every execution
 of the compiled program draws new numbers. Stateless ops depend only on their ``seed`` argument.
+
+Inside a compiled function a stateful op's key is also mixed (xor) with the random generator of the
+device the program runs on (:class:`popjit.runtime.device.GeneratorState`, read through the hidden
+variable :data:`GENERATOR_WORDS`), as the IPU's random ops draw from its hardware generator: an op
+without any seed takes its key from its place among the unseeded ops of the process and the
+generator's random words, so ``ipu.utils.reset_ipu_seed(n)`` (:func:`reset_generators`) makes it
+reproducible; an op seeded through ``tf.random`` keeps its stream until ``reset_ipu_seed`` is called,
+which then moves it to the stream of ``n``.
 """
 
 from __future__ import annotations
@@ -64,6 +72,11 @@ _STATE = _SeedState()
 # Hidden counter variables of traced random ops, kept alive for as long as the process (the
 # compiled programs that use them hold only their ids).
 _COUNTERS: list[Any] = []
+_UNSEEDED = [0]  # traced random ops without any seed so far (their keys), since the last reset_generators
+with tracing(None):
+    #: The device generator's words as programs read them: a program run on a device reads that
+    #: device's words in place of this variable's (``popjit.frontend.function``).
+    GENERATOR_WORDS = Variable(np.zeros(4, np.int32), trainable=False, name="ipu_generator")
 
 
 def _error(message: str) -> InvalidArgumentError:
@@ -115,15 +128,38 @@ def _bits32(v: int) -> int:
 def _stateful_inputs(seed: Any) -> tuple[Tensor, Tensor]:
     """The key tensor and call counter of one stateful random op call."""
     pair = get_seed(seed)
+    if pair is None and current_trace() is not None:  # the device generator's: reproducible after reset_ipu_seed
+        with _STATE.lock:
+            _UNSEEDED[0] += 1
+            index = _UNSEEDED[0]
+        return _keyed_inputs((index, -1), continue_stream=False, seeded=False)
     if pair is None:  # nondeterministic: a fresh key
         words = np.frombuffer(os.urandom(8), dtype=np.int32)
         key = (int(words[0]), int(words[1]))
     else:
         key = (_bits32(pair[0]), _bits32(pair[1]))
+    # an explicit op seed: later calls continue its stream (derived seeds are unique)
+    return _keyed_inputs(key, continue_stream=seed is not None)
+
+
+def reset_generators() -> None:
+    """What ``ipu.utils.reset_ipu_seed`` does to compiled random ops besides reseeding the device: every
+    op's call counter back to 0, and unseeded ops traced from now on numbered from the first again."""
+    with _STATE.lock:
+        _UNSEEDED[0] = 0
+        for counter in _COUNTERS:
+            counter._buffer[...] = 0
+
+
+def _keyed_inputs(key: tuple[int, int], continue_stream: bool = True, seeded: bool = True) -> tuple[Tensor, Tensor]:
+    """The key tensor of ``key`` and the call counter of this call: eagerly the key's call count (0 every
+    time unless ``continue_stream``), inside a trace a counter variable the program increments, and the
+    key mixed with the device generator's words (``seeded``: the words of ops seeded through
+    ``tf.random``, zero until ``reset_ipu_seed``)."""
     key_t = convert_to_tensor(np.array(key, dtype=np.int32))
     if current_trace() is None:
         n = 0
-        if seed is not None:  # an explicit op seed: later calls continue its stream (derived seeds are unique)
+        if continue_stream:
             with _STATE.lock:
                 n = _STATE.calls.get(key, 0)
                 _STATE.calls[key] = n + 1
@@ -134,7 +170,8 @@ def _stateful_inputs(seed: Any) -> tuple[Tensor, Tensor]:
     _COUNTERS.append(counter)
     value = counter.read_value()
     counter.assign_add(np.int32(1))
-    return key_t, value
+    words = GENERATOR_WORDS.read_value()
+    return apply_op("bitwise_xor", [key_t, words[0:2] if seeded else words[2:4]]), value
 
 
 def _stateless_inputs(seed: Any) -> tuple[Tensor, Tensor]:
@@ -223,6 +260,13 @@ def truncated_normal(shape: Any, mean: Any = 0.0, stddev: Any = 1.0, dtype: Any 
     """``tf.random.truncated_normal``: a normal distribution cut to two standard deviations of the mean."""
     key, counter = _stateful_inputs(seed)
     return _normal(key, counter, _shape(shape), mean, stddev, dtype, True)
+
+
+def keyed_uniform(shape: Any, key: tuple[int, int], dtype: Any = dtypes.float32) -> Tensor:
+    """Values in ``[0, 1)`` from the generator at ``key`` (two integers): every call and every
+    execution of a compiled program draws new values, in the same order in every process."""
+    stream = _keyed_inputs((_bits32(key[0]), _bits32(key[1])))
+    return _uniform(*stream, _shape(shape), 0, None, dtype)
 
 
 def stateless_uniform(shape: Any, seed: Any, minval: Any = 0, maxval: Any = None, dtype: Any = dtypes.float32,

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from popjit import config as settings
+from popjit.codegen.numerics import DEFAULT, Numerics
 from popjit.errors import FailedPreconditionError, InvalidArgumentError, missing_attributes
 from popjit.flags import poplar_flags
 from popjit.ipu._options import (  # noqa: F401  (re-exported: they were defined here, as in Graphcore's module)
@@ -177,15 +178,20 @@ def _esr_bool_use(value: Any) -> str | None:
 
 
 class _FloatingPointBehaviourConfig(_ConfigBase):
-    inv = _Option(False, "Trap on an invalid floating-point operation (IEEE 754), e.g. 0/0.")
-    div0 = _Option(False, "Trap on a floating-point division by zero.")
-    oflo = _Option(False, "Trap on a floating-point overflow.")
+    inv = _Option(False, "Trap on an invalid floating-point operation (IEEE 754): a NaN result or operand, e.g. "
+                         "0/0, inf - inf, sqrt(-1), a NaN cast to an integer. The program stops with an "
+                         "InternalError and its variables are left as before the call.")
+    div0 = _Option(False, "Trap on a floating-point division by zero of a finite non-zero value (also log(0)).")
+    oflo = _Option(False, "Trap on a floating-point overflow: a finite result too large for its type (float16 "
+                          "included).")
     esr = _Option(StochasticRoundingBehaviour.OFF,
-                  "Stochastic rounding, a StochasticRoundingBehaviour (OFF by default). A bool is still "
+                  "Stochastic rounding of float32 values to float16, a StochasticRoundingBehaviour (OFF by "
+                  "default); its random bits are reproducible with ipu.utils.reset_ipu_seed. A bool is still "
                   "accepted but deprecated.",
                   type=typing.Union[StochasticRoundingBehaviour, bool],  # noqa: UP007
                   deprecated_use=_esr_bool_use)
-    nanoo = _Option(False, "Produce NaN instead of saturating when a half-precision value overflows.")
+    nanoo = _Option(False, "A float16 result that overflows becomes NaN (an invalid operation) instead of ±inf "
+                           "(the IPU saturates to ±65504 without it; popjit keeps TensorFlow's ±inf).")
     set_all = _Option(False, "Turn on all of inv, div0, oflo, esr and nanoo when the config is applied.")
 
 
@@ -318,6 +324,7 @@ class SystemPlan:
     version: str
     tiles_per_ipu: int
     ipu_model: bool
+    numerics: Numerics = DEFAULT
 
 
 def _as_list(value: int | list[int] | tuple[int, ...]) -> list[int]:
@@ -457,7 +464,19 @@ def plan(cfg: IPUConfig, flags: Any = None) -> SystemPlan:
     _check_ipu_model(cfg, model)
     _check_poplar_options(cfg)
     counts = _device_counts(cfg)
-    return SystemPlan(counts, _target_version(cfg, model), _tiles_per_ipu(cfg, flags.ipu_model_tiles), model)
+    return SystemPlan(counts, _target_version(cfg, model), _tiles_per_ipu(cfg, flags.ipu_model_tiles), model,
+                      _numerics(cfg))
+
+
+def _numerics(cfg: IPUConfig) -> Numerics:
+    """``floating_point_behaviour`` as programs compile it (``set_all`` turns every option on; stochastic
+    rounding ``ON`` and ``REPLICA_IDENTICAL_ONLY`` agree on one replica, where every value is replica
+    identical)."""
+    fp = cfg.floating_point_behaviour
+    esr = fp.esr if isinstance(fp.esr, StochasticRoundingBehaviour) else StochasticRoundingBehaviour.from_bool(fp.esr)
+    every = bool(fp.set_all)
+    return Numerics(inv=every or fp.inv, div0=every or fp.div0, oflo=every or fp.oflo, nanoo=every or fp.nanoo,
+                    sr=every or esr != StochasticRoundingBehaviour.OFF)
 
 
 def _is_active(p: SystemPlan, cfg: IPUConfig) -> bool:
@@ -466,7 +485,7 @@ def _is_active(p: SystemPlan, cfg: IPUConfig) -> bool:
     if not devices.is_configured() or system.options is None or system.options.to_dict() != cfg.to_dict():
         return False
     wanted = devices.device_targets(list(p.counts), p.version, p.tiles_per_ipu, p.ipu_model)
-    return [d.target for d in system.devices] == wanted
+    return [d.target for d in system.devices] == wanted and all(d.numerics == p.numerics for d in system.devices)
 
 
 def configure_ipu_system(config: IPUConfig, device: str = "cpu", reset_configuration: bool = True) -> None:
@@ -492,7 +511,7 @@ def configure_ipu_system(config: IPUConfig, device: str = "cpu", reset_configura
         reset_ipu_configuration()
     if not p.counts:
         log.warning("The IPUConfig sets neither auto_select_ipus nor select_ipus, so no IPU device was attached.")
-    devices.configure(list(p.counts), p.version, p.tiles_per_ipu, p.ipu_model, snapshot)
+    devices.configure(list(p.counts), p.version, p.tiles_per_ipu, p.ipu_model, snapshot, p.numerics)
 
 
 def reset_ipu_configuration() -> None:

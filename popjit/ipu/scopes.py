@@ -52,8 +52,10 @@ def frontend_attribute(attribute_name: str, attribute_value: Any, restore_to: An
 
 
 def stochastic_rounding(override: bool) -> NoReturn:
-    """Turn stochastic rounding on or off for the operations inside (not implemented yet)."""
-    _unimplemented("stochastic_rounding", "per-operation stochastic rounding")
+    """Turn stochastic rounding on or off for the operations inside (not implemented yet; the whole
+    program's is ``IPUConfig.floating_point_behaviour.esr``)."""
+    _unimplemented("stochastic_rounding", "per-operation stochastic rounding; IPUConfig.floating_point_behaviour.esr "
+                   "turns it on or off for whole programs")
 
 
 def partials_type(override_type: Any) -> NoReturn:

@@ -21,6 +21,7 @@ from typing import Any
 
 from popjit.errors import missing_attributes
 from popjit.flags import poplar_flags
+from popjit.frontend import random_ops
 from popjit.ipu.config import (  # noqa: F401  (re-exported, as Graphcore's ipu.utils does)
     DeviceConnectionType,
     ExecutionProfileType,
@@ -72,20 +73,25 @@ _SEEDS: dict[int, tuple[int, bool]] = {}
 
 def reset_ipu_seed(seed: int, device: str = "/device:IPU:0", cpu_device: str = "cpu",
                    experimental_identical_replicas: bool = False) -> None:
-    """Record ``seed`` as the PRNG seed of an IPU device.
+    """Reseed the random generator of an IPU device: the one its stateful random ops and its
+    stochastic rounding draw from (``IPUConfig.floating_point_behaviour.esr``).
 
-    On Graphcore's system this reseeds the hardware random generator of every tile. popjit has no
-    hidden per-device generator: its random ops are seeded through ``tf.random.set_seed`` and their
-    ``seed`` arguments. This call checks that ``device`` exists, then stores the seed, which
-    :func:`ipu_seed` returns; random ops that want device-level seeding read it from there. It does
-    not change any random stream on its own.
+    As on the IPU, the generator starts from a random seed; after ``reset_ipu_seed(n)`` the programs
+    run on ``device`` draw the same numbers and round the same way as after any other
+    ``reset_ipu_seed(n)``, in this process or another: random ops without a seed and dropout
+    (``tf.random.uniform``, ``tf.keras.layers.Dropout``...), random ops seeded through
+    ``tf.random.set_seed`` or a ``seed`` argument (which, until the first reset, keep the streams
+    those seeds give), and stochastic rounding. Every compiled random op restarts its stream, on
+    every device. Stateless random ops (``tf.random.stateless_*``) are unaffected, as on the IPU.
+    ``experimental_identical_replicas`` changes nothing (there is one replica).
     """
     if type(seed) is not int:
         raise TypeError(f"reset_ipu_seed: seed must be an int, not {seed!r}.")
     ordinal = ipu_ordinal(canonical(device))
     if ordinal is None:
         raise ValueError(f"reset_ipu_seed: {device!r} is not an IPU device; use e.g. '/device:IPU:0'.")
-    devices.get_device(ordinal)
+    devices.get_device(ordinal).generator.reseed(seed)
+    random_ops.reset_generators()
     _SEEDS[ordinal] = (seed, bool(experimental_identical_replicas))
 
 

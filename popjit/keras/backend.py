@@ -190,10 +190,11 @@ def strategy_scope(strategy: Any) -> Iterator[None]:
 
 
 def make_variable(value: np.ndarray, name: str, trainable: bool, strategy: Any = None,
-                  constraint: Any = None) -> tf.Variable:
-    """A ``tf.Variable`` holding ``value``, on the device of ``strategy`` (or the current one)."""
+                  constraint: Any = None, cls: Any = None) -> tf.Variable:
+    """A ``tf.Variable`` (or a subclass ``cls``) holding ``value``, on the device of ``strategy`` (or the
+    current one)."""
     with strategy_scope(strategy):
-        return tf.Variable(value, trainable=trainable, name=name, constraint=constraint)
+        return (cls or tf.Variable)(value, trainable=trainable, name=name, constraint=constraint)
 
 
 # -- the training flag and name scopes of nested calls ----------------------------------------------
@@ -213,6 +214,17 @@ def call_depth() -> int:
 def call_context(training: Any) -> contextlib.AbstractContextManager[None]:
     """Layers called inside see ``training`` unless they are given their own."""
     return _scopes.pushed("training", training)
+
+
+def autocast_dtype() -> Any:
+    """The compute dtype of the innermost layer call: reads of a mixed-precision layer's weights inside
+    it are cast to it (None outside any layer call)."""
+    return _scopes.top("autocast")
+
+
+def autocast_scope(dtype: Any) -> contextlib.AbstractContextManager[None]:
+    """Weights read inside (autocast variables) are cast to ``dtype`` (a layer's compute dtype)."""
+    return _scopes.pushed("autocast", dtype)
 
 
 def name_scope_prefix() -> str:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from popjit.frontend import api as tf
-from popjit.keras import backend, constraints, initializers, regularizers
+from popjit.keras import backend, constraints, initializers, mixed_precision, regularizers
 
 _LAYER_KWARGS = frozenset({"input_dim", "input_shape", "batch_input_shape", "batch_size", "weights",
                            "activity_regularizer", "autocast", "implementation"})
@@ -66,7 +66,9 @@ class Layer:
         self._sublayers: list[Layer] = []
         self._trainable = bool(trainable)
         self._name = name or backend.unique_object_name(backend.to_snake_case(type(self).__name__))
-        self._dtype = backend.dtype_name(dtype) if dtype is not None else None
+        # the dtype policy (None: follow backend.floatx()); ``_dtype``: its variable dtype
+        self._dtype_policy = mixed_precision.policy_of(dtype)
+        self._dtype = self._dtype_policy.variable_dtype if self._dtype_policy is not None else None
         self._autocast = bool(kwargs.get("autocast", True))
         self.built = False
         self.dynamic = dynamic
@@ -134,16 +136,24 @@ class Layer:
 
     @property
     def dtype(self) -> str:
-        """The dtype of the layer's weights and computations (``backend.floatx()`` by default)."""
+        """The dtype of the layer's weights (its policy's ``variable_dtype``; ``backend.floatx()`` by default)."""
         return self._dtype or backend.floatx()
 
     @property
     def compute_dtype(self) -> str:
-        return self.dtype
+        """The dtype the layer computes in and casts its floating-point inputs to (its policy's)."""
+        policy = self._dtype_policy
+        return policy.compute_dtype if policy is not None and policy.compute_dtype else self.dtype
 
     @property
     def variable_dtype(self) -> str:
+        """Same as :attr:`dtype`."""
         return self.dtype
+
+    @property
+    def dtype_policy(self) -> mixed_precision.Policy:
+        """The layer's :class:`~popjit.keras.mixed_precision.Policy`."""
+        return self._dtype_policy if self._dtype_policy is not None else mixed_precision.Policy(self.dtype)
 
     @property
     def trainable(self) -> bool:
@@ -246,8 +256,10 @@ class Layer:
         value = backend.host_value(init, shape, dtype=dt)
         trainable = True if trainable is None else bool(trainable)
         full_name = f"{backend.name_scope_prefix()}{self.name}/{name or 'Variable'}"
+        autocast = kwargs.get("experimental_autocast", True) and dt.is_floating and self.compute_dtype != self.dtype
         var = backend.make_variable(value.astype(dt.np, copy=False), full_name, trainable, self._strategy,
-                                    constraints.get(constraint))
+                                    constraints.get(constraint),
+                                    mixed_precision.AutoCastVariable if autocast else tf.Variable)
         (self._trainable_weights if trainable else self._non_trainable_weights).append(var)
         penalty = regularizers.get(regularizer)
         if penalty is not None:
@@ -312,7 +324,7 @@ class Layer:
         """(output shapes, output dtypes) for inputs of ``input_shape`` and ``input_dtype``."""
         shape = self.compute_output_shape(input_shape)
         dt = tf.as_dtype(input_dtype)
-        out_dtype = self.dtype if (self._autocast and dt.is_floating) else dt.name
+        out_dtype = self.compute_dtype if (self._autocast and dt.is_floating) else dt.name
         return shape, map_shapes(lambda _s: out_dtype, shape)
 
     # -- calling -----------------------------------------------------------------------------------
@@ -338,7 +350,7 @@ class Layer:
         training = self._resolve_training(kwargs)
         if backend.call_depth() == 0:
             self._clear_call_losses()
-        with backend.call_context(training):
+        with backend.call_context(training), backend.autocast_scope(self.compute_dtype):
             self._maybe_build(tf.nest.map_structure(lambda t: tuple(t.shape), inputs))
             inputs = self._autocast_inputs(inputs)
             if self._call_spec.accepts_training:
@@ -370,7 +382,7 @@ class Layer:
     def _autocast_inputs(self, inputs: Any) -> Any:
         if not self._autocast:
             return inputs
-        target = tf.as_dtype(self.dtype)
+        target = tf.as_dtype(self.compute_dtype)
 
         def cast(x: Any) -> Any:
             if isinstance(x, tf.Tensor) and x.dtype.is_floating and x.dtype != target:
@@ -379,10 +391,22 @@ class Layer:
 
         return tf.nest.map_structure(cast, inputs)
 
+    # -- checkpoints -------------------------------------------------------------------------------
+    def _trackable_children(self) -> list[tuple[str, Any]]:
+        """What a ``tf.train.Checkpoint`` saves of this layer: its weights by the names they were created with
+        (``kernel``, ``bias``...), then its nested layers by the attributes holding them, as Keras does."""
+        own = [(w.name.split(":")[0].rsplit("/", 1)[-1], w)
+               for w in self._trainable_weights + self._non_trainable_weights]
+        nested = [(name, value) for name, value in vars(self).items()
+                  if isinstance(value, Layer) or (not name.startswith("_") and isinstance(value, list | tuple)
+                                                  and value and all(isinstance(v, Layer) for v in value))]
+        return own + nested
+
     # -- configuration -----------------------------------------------------------------------------
     def get_config(self) -> dict[str, Any]:
         """Constructor arguments that recreate the layer (without its weights)."""
-        config: dict[str, Any] = {"name": self.name, "trainable": self.trainable, "dtype": self.dtype}
+        dtype = mixed_precision.serialize(self._dtype_policy) if self._dtype_policy is not None else self.dtype
+        config: dict[str, Any] = {"name": self.name, "trainable": self.trainable, "dtype": dtype}
         if self._batch_input_shape is not None:
             config["batch_input_shape"] = self._batch_input_shape
         return config

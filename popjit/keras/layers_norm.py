@@ -52,13 +52,16 @@ class _Normalization(Layer):
         return tuple(int(shape[a]) for a in axes), axes
 
     def _add_scale_center(self, param_shape: tuple[int, ...]) -> None:
-        dtype = tf.float32 if tf.as_dtype(self.dtype) == tf.float16 else self.dtype  # fp16 layers keep fp32 params
+        # float16 layers keep float32 parameters, read as float32 (normalization computes in float32)
+        dtype = tf.float32 if tf.as_dtype(self.dtype) == tf.float16 else self.dtype
         if self.scale:
             self.gamma = self.add_weight("gamma", shape=param_shape, dtype=dtype, initializer=self.gamma_initializer,
-                                         regularizer=self.gamma_regularizer, constraint=self.gamma_constraint)
+                                         regularizer=self.gamma_regularizer, constraint=self.gamma_constraint,
+                                         experimental_autocast=False)
         if self.center:
             self.beta = self.add_weight("beta", shape=param_shape, dtype=dtype, initializer=self.beta_initializer,
-                                        regularizer=self.beta_regularizer, constraint=self.beta_constraint)
+                                        regularizer=self.beta_regularizer, constraint=self.beta_constraint,
+                                        experimental_autocast=False)
 
     def _broadcast(self, param: Any, ndim: int, axes: list[int], dtype: Any) -> Any:
         if param is None:
@@ -112,9 +115,11 @@ class BatchNormalization(_Normalization):
         self._add_scale_center(param_shape)
         dtype = tf.float32 if tf.as_dtype(self.dtype) == tf.float16 else self.dtype
         self.moving_mean = self.add_weight("moving_mean", shape=param_shape, dtype=dtype,
-                                           initializer=self.moving_mean_initializer, trainable=False)
+                                           initializer=self.moving_mean_initializer, trainable=False,
+                                           experimental_autocast=False)
         self.moving_variance = self.add_weight("moving_variance", shape=param_shape, dtype=dtype,
-                                               initializer=self.moving_variance_initializer, trainable=False)
+                                               initializer=self.moving_variance_initializer, trainable=False,
+                                               experimental_autocast=False)
         self._build_input_shape = input_shape
         self.built = True
 
@@ -127,11 +132,14 @@ class BatchNormalization(_Normalization):
         return [a for a in range(ndim) if a not in self._norm_axes]
 
     def _normalize(self, x: Any, mean: Any, variance: Any) -> Any:
+        """``x`` normalized; float16 in float32, as Keras does, and cast back."""
         axes, ndim = self._norm_axes, x.shape.rank
-        return tf.nn.batch_normalization(
-            x, self._broadcast(mean, ndim, axes, x.dtype), self._broadcast(variance, ndim, axes, x.dtype),
-            self._broadcast(self.beta, ndim, axes, x.dtype), self._broadcast(self.gamma, ndim, axes, x.dtype),
+        wide = tf.cast(x, tf.float32) if x.dtype == tf.float16 else x
+        y = tf.nn.batch_normalization(
+            wide, self._broadcast(mean, ndim, axes, wide.dtype), self._broadcast(variance, ndim, axes, wide.dtype),
+            self._broadcast(self.beta, ndim, axes, wide.dtype), self._broadcast(self.gamma, ndim, axes, wide.dtype),
             self.epsilon)
+        return tf.cast(y, x.dtype) if y.dtype != x.dtype else y
 
     def _train(self, x: Any) -> Any:
         stats_x = tf.cast(x, self.moving_mean.dtype) if x.dtype != self.moving_mean.dtype else x

@@ -15,6 +15,7 @@ from popjit.frontend import api as tf
 from popjit.frontend import control_flow, gather_ops
 from popjit.keras import activations, backend, constraints, initializers, regularizers
 from popjit.keras.base_layer import Layer, as_shape_tuple
+from popjit.keras.layers import deserialize
 
 __all__ = [
     "Bidirectional",
@@ -118,7 +119,7 @@ class _Cell(Layer):
 
     def get_initial_state(self, inputs: Any = None, batch_size: Any = None, dtype: Any = None) -> list[Any]:
         sizes = self.state_size if isinstance(self.state_size, (list, tuple)) else [self.state_size]
-        return [tf.zeros([batch_size, size], dtype or self.dtype) for size in sizes]
+        return [tf.zeros([batch_size, size], dtype or self.compute_dtype) for size in sizes]
 
     def get_config(self) -> dict[str, Any]:
         config = {**super().get_config(), "units": self.units, "activation": activations.serialize(self.activation),
@@ -452,3 +453,14 @@ class Bidirectional(Layer):
         return {**super().get_config(), "merge_mode": self.merge_mode,
                 "layer": {"class_name": type(self.forward_layer).__name__,
                           "config": self.forward_layer.get_config()}}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], custom_objects: dict[str, Any] | None = None) -> Bidirectional:
+        """The wrapped layers are rebuilt from their configs (the forward one under its own name again)."""
+        config = dict(config)
+        forward = dict(config["layer"])
+        forward["config"] = {**forward["config"], "name": forward["config"]["name"].removeprefix("forward_")}
+        config["layer"] = deserialize(forward, custom_objects)
+        if isinstance(config.get("backward_layer"), dict):
+            config["backward_layer"] = deserialize(config["backward_layer"], custom_objects)
+        return cls(**config)

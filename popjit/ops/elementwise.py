@@ -458,7 +458,7 @@ VJPS: dict[str, Callable[..., list[Any]]] = {
     "log1p": _unary_vjp(lambda t, x, y, g: g / (x + 1.0)),
     "sqrt": _unary_vjp(lambda t, x, y, g: g * 0.5 / y),
     "rsqrt": _unary_vjp(lambda t, x, y, g: g * -0.5 * y * y * y),
-    "square": _unary_vjp(lambda t, x, y, g: g * 2.0 * x),
+    "square": _unary_vjp(lambda t, x, y, g: g * (2.0 * x)),  # TF's order: 2x first (g * 2 may overflow float16)
     "reciprocal": _unary_vjp(lambda t, x, y, g: -g * y * y),
     "tanh": _unary_vjp(lambda t, x, y, g: g * (1.0 - y * y)),
     "sigmoid": _unary_vjp(lambda t, x, y, g: g * y * (1.0 - y)),

@@ -14,6 +14,7 @@ import warnings
 from collections import OrderedDict
 
 from popjit import config
+from popjit.codegen.numerics import DEFAULT, Numerics
 from popjit.errors import OpError
 from popjit.graph.verify import check_device_dtypes
 from popjit.ir.graph import Graph
@@ -23,7 +24,7 @@ from popjit.schedule.schedule import OutOfMemoryWarning
 from popjit.schedule.target import Target
 from popjit.source import user_location, where
 
-Key = tuple[str, Target | None, bool]
+Key = tuple[str, Target | None, bool, Numerics]
 _EXECUTABLES: OrderedDict[Key, Executable] = OrderedDict()  # least recently used first
 _COMPILING: dict[Key, threading.Lock] = {}
 _lock = threading.Lock()
@@ -48,18 +49,18 @@ def _keep(key: Key, exe: Executable) -> None:
 
 
 def compile_cached(graph: Graph, target: Target | None, on_ipu: bool = False,
-                   fingerprint: str | None = None) -> Executable:
+                   fingerprint: str | None = None, numerics: Numerics = DEFAULT) -> Executable:
     """The executable for ``graph``: an IPU program for ``target``, or a host program for None.
 
     ``on_ipu``: it will run on an IPU device, so the IPU's dtypes are checked first (a program
     compiled for the IPU but run on the host, ``jit_compile=True`` there, may use float64 as
-    TensorFlow on a CPU does).
+    TensorFlow on a CPU does). ``numerics``: that device's floating-point behaviour.
 
     Thread-safe: one thread compiles a given program while the others asking for it wait and then
     share it; different programs compile concurrently. ``fingerprint``: the graph's, if the caller
     keeps it (computing it prints the whole graph).
     """
-    key = (fingerprint or graph.fingerprint(), target, on_ipu)
+    key = (fingerprint or graph.fingerprint(), target, on_ipu, numerics)
     with _lock:
         exe = _cached(key)
         if exe is not None:
@@ -73,7 +74,7 @@ def compile_cached(graph: Graph, target: Target | None, on_ipu: bool = False,
         if on_ipu:  # refuse what the IPU cannot hold before compiling
             check_device_dtypes(graph)
         try:
-            exe = _compile_at_user_line(graph, target)
+            exe = _compile_at_user_line(graph, target, numerics)
             with _lock:
                 _keep(key, exe)
         finally:
@@ -82,13 +83,13 @@ def compile_cached(graph: Graph, target: Target | None, on_ipu: bool = False,
     return exe
 
 
-def _compile_at_user_line(graph: Graph, target: Target | None) -> Executable:
+def _compile_at_user_line(graph: Graph, target: Target | None, numerics: Numerics) -> Executable:
     """Compile; errors and out-of-memory warnings name the user's line that asked for the program."""
     loc = user_location()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", OutOfMemoryWarning)
         try:
-            exe = compile_graph(graph, target)
+            exe = compile_graph(graph, target, numerics)
         except OpError as e:
             raise type(e)(f"{e.message}\n  while compiling '{graph.name}'{where(loc)}") from None
     for w in caught:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from popjit import config
 from popjit.codegen.compile import Timer, load_engine
 from popjit.codegen.engine import render_engine
+from popjit.codegen.numerics import DEFAULT, Numerics
 from popjit.graph.passes import accumulate_blocks, const_fold, cse, dce, merge_replayed_loops, plan_fusion
 from popjit.graph.passes.loops import prune_loop_state
 from popjit.graph.verify import verify
@@ -62,10 +63,11 @@ def lower_graph(graph: Graph) -> Program:
     return program
 
 
-def compile_graph(graph: Graph, target: Target | None) -> Executable:
+def compile_graph(graph: Graph, target: Target | None, numerics: Numerics = DEFAULT) -> Executable:
     """Compile a traced graph into a runnable executable: an IPU program for ``target`` (scheduled onto
     its tiles, with memory, cycles and out-of-memory checks), or with ``target=None`` a host program
-    (the same native engine, no IPU schedule)."""
+    (the same native engine, no IPU schedule). ``numerics``: the floating-point behaviour of the IPU
+    device it runs on (``IPUConfig.floating_point_behaviour``)."""
     timer = Timer()
     _dump(2, f"graph IR of {graph.name}", graph.as_text)
     graph = optimize_graph(graph.copy())  # the passes rewrite graphs in place; the caller's stays as traced
@@ -76,7 +78,7 @@ def compile_graph(graph: Graph, target: Target | None) -> Executable:
     if target is not None:
         schedule = schedule_program(program, target)
         _dump(4, f"tile schedule of {graph.name}", schedule.as_text)
-    source = render_engine(program)
+    source = render_engine(program, numerics)
     _dump(5, f"codelets of {graph.name}", lambda: "\n".join(r.source for r in source.codelets.values()))
     _dump(6, f"engine of {graph.name}", lambda: source.source)
     engine = load_engine(source)

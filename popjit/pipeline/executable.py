@@ -5,6 +5,10 @@ on the CPU without ``jit_compile=True``) has none: ``schedule`` is None.
 
 A program with infeeds or outfeeds exchanges data with the host around each run through a
 :class:`HostFeeds` (the runtime's feed registry, :data:`popjit.runtime.streams.FEEDS`).
+
+A program compiled with floating-point traps (``IPUConfig.floating_point_behaviour``) that raises
+one stops there; ``run`` then puts its variables back as they were before the call and raises
+TensorFlow's error for a Poplar runtime exception (:func:`trap_error`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from popjit.codegen.engine import EngineSource, storage_dtype
-from popjit.errors import FailedPreconditionError
+from popjit.codegen.numerics import TRAPPED, trap_names
+from popjit.errors import FailedPreconditionError, InternalError
 from popjit.ir.graph import Graph
 from popjit.ir.loop import Buffer, Program
 from popjit.kernels.jit import threading_layer
@@ -76,9 +81,11 @@ class Executable:
         self._const_views = [device_view(b.value, b) for b in self.program.consts]  # type: ignore[arg-type]
 
     def run(self, args: Sequence[np.ndarray], variables: dict[int, np.ndarray],
-            feeds: HostFeeds | None = None) -> list[np.ndarray]:
+            feeds: HostFeeds | None = None, rounding: np.ndarray | None = None) -> list[np.ndarray]:
         """Run with positional ``args``; ``variables`` (id → device buffer) are updated in place; a
-        program with streams reads and writes them through ``feeds``."""
+        program with streams reads and writes them through ``feeds``. ``rounding``: the device's
+        stochastic-rounding state (int64 ``[key word, key word, call number]``), for a program
+        compiled with stochastic rounding."""
         p = self.program
         if (p.stream_in or p.stream_out) and feeds is None:
             raise FailedPreconditionError(
@@ -93,14 +100,35 @@ class Executable:
         buffers += [device_view(fed[b.uid], b) for b in p.stream_in]
         buffers += [device_view(drained[b.uid], b) for b in p.stream_out]
         buffers += [np.empty(b.size, storage_dtype(b.dtype)) for b in p.temps]
+        state = self._rounding_state(rounding)
+        saved = self._saved_state(variables, state)
         with _engine_guard(), interrupts.watching() as stop:
-            stopped = self.engine(*buffers, self.engine_source.ints, self.engine_source.floats, stop)
+            stopped = self.engine(*buffers, self.engine_source.ints, self.engine_source.floats, stop, *state)
+        if stopped & TRAPPED:
+            for buf, before in saved:
+                buf[...] = before
+            raise trap_error(self.graph.name, self.engine_source, stopped)
         if stopped:  # Ctrl-C (Python raises KeyboardInterrupt itself as soon as it can; this is the backstop)
             raise KeyboardInterrupt
         self.runs += 1
         if drained:
             feeds.deliver_outputs(p, drained)
         return outs
+
+    def _rounding_state(self, rounding: np.ndarray | None) -> tuple[np.ndarray, ...]:
+        """The extra engine argument of a program that rounds stochastically (none otherwise)."""
+        if not self.engine_source.rounding_state:
+            return ()
+        if rounding is None:
+            raise FailedPreconditionError(
+                f"'{self.graph.name}' rounds stochastically: run it on an IPU device, which holds the rounding seed.")
+        return (rounding,)
+
+    def _saved_state(self, variables: dict[int, np.ndarray], state: tuple[np.ndarray, ...]) -> list[tuple[Any, Any]]:
+        """Copies of what a trapping run must restore (variables, the rounding state): only when traps are on."""
+        if not self.engine_source.numerics.traps:
+            return []
+        return [(buf, buf.copy()) for buf in [*(variables[b.binding] for b in self.program.variables), *state]]
 
     def as_text(self, stage: str = "graph") -> str:
         """``graph``, ``loop``, ``schedule``, ``engine`` or ``codelets``."""
@@ -120,3 +148,18 @@ class Executable:
         if stage == "codelets":
             return "\n".join(r.source for r in self.engine_source.codelets.values())
         raise ValueError(f"unknown stage {stage!r}; use graph, loop, schedule, engine or codelets")
+
+
+def trap_error(program: str, source: EngineSource, status: int) -> InternalError:
+    """TensorFlow's error when a floating-point trap stops an IPU program: Poplar's
+    ``application_runtime_error`` as Graphcore's TensorFlow reports it (an ``InternalError``)."""
+    mask, index = status & 7, status >> 8
+    where = source.compute_sets[index] if 0 <= index < len(source.compute_sets) else "?"
+    kinds = " and ".join(trap_names(mask))
+    options = ", ".join(f"floating_point_behaviour.{o}" for o in ("inv", "div0", "oflo")
+                        if getattr(source.numerics, o))
+    return InternalError(
+        "[Poplar][Execute engine] application_runtime_error: [Recovery action: IPU_RESET] Tiles in excepted state: "
+        f"a floating-point exception ({kinds}) was raised in compute set '{where}' of program '{program}' "
+        f"({options} traps it; the variables are as they were before this call). IPU will be reset the next time "
+        "a program is executed.")

@@ -3,19 +3,27 @@
 ``configure_ipu_system`` (from :mod:`popjit.ipu.config`) calls :func:`configure` with the options
 that matter here. Each device ``/device:IPU:k`` is a group of virtual IPUs (``auto_select_ipus``);
 running on an IPU device before the system is configured raises an error that says so.
+
+Each device also holds what its programs' floating-point behaviour needs: the
+:class:`~popjit.codegen.numerics.Numerics` they compile with, and the state of its hardware random
+generator (:class:`GeneratorState`), which ``ipu.utils.reset_ipu_seed`` reseeds.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from popjit import config
+from popjit.codegen.numerics import DEFAULT, Numerics
 from popjit.errors import InvalidArgumentError, UnimplementedError
 from popjit.flags import poplar_flags
 from popjit.schedule.target import Target, make_target
@@ -68,6 +76,40 @@ class ProgramRuns:
     runs: int = 0
 
 
+def _random_words(n: int) -> np.ndarray:
+    return np.frombuffer(os.urandom(4 * n), dtype=np.int32).copy()
+
+
+def _seed_words(seed: int, n: int) -> np.ndarray:
+    """``n`` int32 words derived from an integer seed (any sign), the same in every process."""
+    return np.random.SeedSequence(seed % 2**64).generate_state(n, np.uint32).view(np.int32)
+
+
+@dataclass
+class GeneratorState:
+    """A device's random generator, as the programs on it read it.
+
+    ``words`` (int32 ``[4]``) is mixed into the key of every stateful random op compiled for the
+    device: words 0-1 for ops seeded through ``tf.random`` (zero until ``reset_ipu_seed``, so those
+    follow ``tf.random.set_seed`` alone), words 2-3 for unseeded ones (random until
+    ``reset_ipu_seed``). ``rounding`` (int64 ``[key, key, call number]``) drives stochastic rounding.
+    As on the IPU, the seed is random unless reset; resetting it makes both reproducible.
+    """
+
+    words: np.ndarray = field(default_factory=lambda: np.concatenate([np.zeros(2, np.int32), _random_words(2)]))
+    rounding: np.ndarray = field(default_factory=lambda: np.append(_random_words(2).astype(np.int64), 0))
+
+    def reseed(self, seed: int) -> None:
+        """Start again from ``seed`` (``ipu.utils.reset_ipu_seed``)."""
+        words = _seed_words(seed, 4)
+        self.words[:] = np.concatenate([words[:2], words[:2]])
+        self.rounding[:] = [words[2], words[3], 0]
+
+
+#: The host's generator, read by random ops in programs that run on the CPU (never reseeded).
+HOST_GENERATOR = GeneratorState()
+
+
 @dataclass
 class VirtualDevice:
     """``/device:IPU:<ordinal>``: ``num_ipus`` virtual IPUs of one target."""
@@ -79,6 +121,8 @@ class VirtualDevice:
     compilations: int = 0
     first_ipu: int = 0
     recent_programs: OrderedDict[int, ProgramRuns] = field(default_factory=OrderedDict)
+    numerics: Numerics = DEFAULT
+    generator: GeneratorState = field(default_factory=GeneratorState)
 
     def record_run(self, executable: Any) -> None:
         """Count a run of ``executable`` among the device's most recent programs (the last
@@ -169,14 +213,15 @@ def program_target(device: str, jit_compile: bool | None) -> Target | None:
 
 
 def configure(counts: list[int], version: str = "ipu2", tiles_per_ipu: int = 0, ipu_model: bool = False,
-              options: Any = None) -> list[VirtualDevice]:
-    """Attach one virtual device per entry of ``counts`` (IPUs per device)."""
+              options: Any = None, numerics: Numerics = DEFAULT) -> list[VirtualDevice]:
+    """Attach one virtual device per entry of ``counts`` (IPUs per device); their programs compile with
+    ``numerics`` (``IPUConfig.floating_point_behaviour``)."""
     targets = device_targets(counts, version, tiles_per_ipu, ipu_model)
     if _system.devices:
         log.info("Resetting existing IPU configuration before applying new configuration")
     devices, first = [], 0
     for ordinal, (n, target) in enumerate(zip(counts, targets)):
-        devices.append(VirtualDevice(ordinal, n, target, first_ipu=first))
+        devices.append(VirtualDevice(ordinal, n, target, first_ipu=first, numerics=numerics))
         ipus = ", ".join(str(first + i) for i in range(n))
         log.info("Device /device:IPU:%d attached to IPU%s: %s", ordinal, "s" if n > 1 else "", ipus)
         first += n
@@ -208,3 +253,15 @@ def get_device(ordinal: int) -> VirtualDevice:
             f"{len(_system.devices)} IPU device(s) (/device:IPU:0..{len(_system.devices) - 1})."
         )
     return _system.devices[ordinal]
+
+
+def program_numerics(device: str) -> Numerics:
+    """The floating-point behaviour programs run on ``device`` compile with (the host's: the default)."""
+    ordinal = ipu_ordinal(device)
+    return get_device(ordinal).numerics if ordinal is not None else DEFAULT
+
+
+def generator(device: str) -> GeneratorState:
+    """The random generator of ``device`` (an IPU device's own, or the host's)."""
+    ordinal = ipu_ordinal(device)
+    return get_device(ordinal).generator if ordinal is not None else HOST_GENERATOR

@@ -30,6 +30,6 @@ def run_on_ipu(op: str, arrays: Sequence[np.ndarray], attrs: dict[str, Any], out
     dev = devices.get_device(devices.ipu_ordinal(device) or 0)
     in_avals = [Aval(a.shape, dtypes.as_dtype(a.dtype)) for a in arrays]
     graph = single_op_graph(op, in_avals, attrs, out_avals)
-    exe = compile_cached(graph, dev.target, on_ipu=True)
+    exe = compile_cached(graph, dev.target, on_ipu=True, numerics=dev.numerics)
     dev.executions += 1
-    return exe.run(list(arrays), {})
+    return exe.run(list(arrays), {}, rounding=dev.generator.rounding)
