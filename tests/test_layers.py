@@ -36,10 +36,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("context", ("popjit.context",)),
     ("frontend", ("popjit.frontend",)),
     ("data", ("popjit.data",)),
+    ("train", ("popjit.train",)),
     ("keras", ("popjit.keras",)),
     ("compat", ("popjit.compat",)),
     ("ipu", ("popjit.ipu",)),
-    ("tensorflow facade", ("popjit.tensorflow",)),
+    ("tensorflow facade", ("popjit.tensorflow", "popjit.ipu_tensorflow_addons")),
     ("entry points", ("popjit.runner", "popjit.demo", "popjit.cli", "popjit.__main__")),
 ]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from popjit.frontend import api as tf
-from popjit.keras import activations, backend
+from popjit.keras import activations, backend, generic_utils
 
 
 class Reduction:
@@ -339,12 +339,13 @@ def serialize(loss: Any) -> Any:
 def deserialize(name: Any, custom_objects: dict[str, Any] | None = None) -> Any:
     """The loss function or class instance that :func:`serialize` describes."""
     if isinstance(name, dict):
-        cls = (custom_objects or {}).get(name["class_name"]) or _CLASSES.get(name["class_name"])
+        cls = generic_utils.get_registered_object(name["class_name"], custom_objects, _CLASSES)
         if cls is None:
             raise ValueError(f"Unknown loss function: {name['class_name']}.")
         return cls.from_config(name.get("config", {}))
-    if custom_objects and name in custom_objects:
-        return custom_objects[name]
+    custom = generic_utils.get_registered_object(name, custom_objects)
+    if custom is not None:
+        return custom
     if name in _FUNCTIONS:
         return _FUNCTIONS[name]
     if name in _CLASSES:

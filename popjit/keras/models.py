@@ -11,23 +11,26 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from popjit.errors import UnimplementedError, missing_api
+from popjit.errors import missing_api, multi_ipu_message, unimplemented_name
 from popjit.frontend import api as tf
-from popjit.keras import backend, optimizers, saving
+from popjit.keras import backend, functional_config, generic_utils, keras3_schema, optimizers, saving
 from popjit.keras.base_layer import Layer, _dedup, as_shape_tuple
 from popjit.keras.keras_tensor import InputLayer, KerasTensor, Node, infer_output_signature
 from popjit.keras.layers import deserialize, serialize
 from popjit.keras.summary import print_summary
-from popjit.keras.training import TrainingAPI
+from popjit.keras.training import TrainingAPI, split_ipu_config
 
 _MODEL_KWARGS = frozenset({"trainable", "dtype", "dynamic", "name", "autocast"})
 
 #: Keras's and Graphcore's Model methods popjit does not provide yet: UnimplementedError, not AttributeError.
 _MISSING_METHODS = frozenset({
-    "to_json", "to_yaml", "make_train_function", "make_test_function",
-    "make_predict_function", "set_pipelining_options",
-    "get_pipeline_stage_assignment", "set_pipeline_stage_assignment", "reset_pipeline_stage_assignment",
-    "print_pipeline_stage_assignment_summary", "set_replication_options", "export_for_ipu_serving",
+    "to_yaml", "make_train_function", "make_test_function",
+    "make_predict_function", "export_for_ipu_serving",
+})
+#: Graphcore's Model methods for several IPUs (pipelining, replication): UnimplementedError with advice.
+_MULTI_IPU_METHODS = frozenset({
+    "set_pipelining_options", "get_pipeline_stage_assignment", "set_pipeline_stage_assignment",
+    "reset_pipeline_stage_assignment", "print_pipeline_stage_assignment_summary", "set_replication_options",
 })
 
 
@@ -70,6 +73,7 @@ class Model(TrainingAPI, Layer):
                 raise ValueError(f"Input tensors to a Functional model must come from `tf.keras.Input`. Received: {x}")
         self._is_graph_network = True
         self._scopes_sublayers = False
+        self._autocast = False  # as in Keras, a graph network's layers cast their own inputs
         self._nested_inputs, self._nested_outputs = inputs, outputs
         self.inputs, self.outputs = flat_in, flat_out
         self._nodes = _topological_nodes(flat_out)
@@ -241,25 +245,74 @@ class Model(TrainingAPI, Layer):
         return self._output_shape
 
     def get_config(self) -> dict[str, Any]:
-        raise NotImplementedError("get_config is implemented for Sequential models and layers only.")
+        """A functional model's layers and their connections (Keras 2's schema, see
+        :mod:`popjit.keras.functional_config`). A subclassed model defines its own, as in Keras."""
+        if not self._is_graph_network:
+            raise NotImplementedError(
+                f"Model {self.name} is a subclassed model ({type(self).__name__}), whose layers are connected by the "
+                "Python code of its `call` method: Keras cannot write its config. Implement `get_config()` and "
+                "`from_config()` in the subclass to make it serializable, or save its weights with save_weights.")
+        return {**functional_config.graph_config(self), **self._ipu_config()}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], custom_objects: dict[str, Any] | None = None) -> Model:
+        """A model from :meth:`get_config`'s dict: a functional graph rebuilt layer by layer, else the subclass's
+        constructor called with the config; IPU options in it are set again inside an IPU strategy's scope."""
+        config, ipu_options = split_ipu_config(config)
+        with generic_utils.custom_object_scope(custom_objects):
+            if "layers" in config and "input_layers" in config and "output_layers" in config:
+                inputs, outputs = functional_config.rebuild_graph(config, custom_objects)
+                model = cls(inputs=inputs, outputs=outputs, name=config.get("name"))
+                if config.get("trainable") is False:
+                    model.trainable = False
+            else:
+                model = cls(**config)
+        model._apply_ipu_config(ipu_options)
+        return model
+
+    def to_json(self, **kwargs: Any) -> str:
+        """The model's config as JSON (``tf.keras.models.model_from_json`` reads it back); ``kwargs`` go to
+        ``json.dumps``."""
+        return json.dumps(saving.model_json(self), default=saving.json_default, **kwargs)
 
     def save_weights(self, filepath: Any, overwrite: bool = True, save_format: str | None = None,
                      options: Any = None) -> None:
-        """Write the weights to an HDF5 file: Keras 2's layout for ``*.h5``, Keras 3's for ``*.weights.h5``."""
+        """Write the weights: Keras 2's HDF5 layout for ``*.h5``, Keras 3's for ``*.weights.h5``, else a TensorFlow
+        checkpoint."""
         saving.save_weights(self, filepath, overwrite, save_format, options)
 
     def save(self, filepath: Any, overwrite: bool = True, include_optimizer: bool = True,
              save_format: str | None = None, signatures: Any = None, options: Any = None,
              save_traces: bool = True) -> None:
-        """Write the whole model (config, training config, weights) to a Keras 2 ``.h5`` file."""
+        """Write the whole model (config, training config, weights, optimizer state): Keras 2's ``.h5`` or Keras 3's
+        ``.keras``."""
         saving.save_model(self, filepath, overwrite, include_optimizer, save_format, signatures, options, save_traces)
 
     def load_weights(self, filepath: Any, by_name: bool = False, skip_mismatch: bool = False,
-                     options: Any = None) -> None:
-        """Read weights written by ``save_weights`` (popjit's or Keras's) or a whole-model ``.h5`` file."""
-        saving.load_weights(self, filepath, by_name, skip_mismatch, options)
+                     options: Any = None) -> Any:
+        """Read weights written by ``save_weights`` (popjit's or Keras's), a whole-model ``.h5`` file, or a
+        TensorFlow checkpoint (then the load status is returned)."""
+        return saving.load_weights(self, filepath, by_name, skip_mismatch, options)
+
+    def _trackable_children(self) -> list[tuple[str, Any]]:
+        """A functional or Sequential model's layers as ``layer-<i>`` (those with weights also as
+        ``layer_with_weights-<k>``), a subclassed model's by attribute, then its ``optimizer``, as Keras 2 names
+        them in checkpoints."""
+        if self._is_graph_network or isinstance(self, Sequential):
+            out: list[tuple[str, Any]] = []
+            with_weights = 0
+            for i, layer in enumerate(self.layers):
+                if layer.weights:
+                    out.append((f"layer_with_weights-{with_weights}", layer))
+                    with_weights += 1
+                out.append((f"layer-{i}", layer))
+        else:
+            out = [(name, value) for name, value in super()._trackable_children() if name != "optimizer"]
+        return out + ([("optimizer", self.optimizer)] if self.optimizer is not None else [])
 
     def __getattr__(self, name: str) -> Any:
+        if name in _MULTI_IPU_METHODS:
+            raise unimplemented_name(name, multi_ipu_message(f"tf.keras.Model.{name}"))
         if name in _MISSING_METHODS:
             raise missing_api("tf.keras.Model", name)
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
@@ -310,6 +363,9 @@ def _conform(x: Any, reference: KerasTensor) -> Any:
     return t
 
 
+Functional = Model  # the class name Keras writes in the config of ``Model(inputs, outputs)``
+
+
 class Sequential(Model):
     """A plain stack of layers, each called on the previous one's output.
 
@@ -320,6 +376,7 @@ class Sequential(Model):
     def __init__(self, layers: list[Layer] | None = None, name: str | None = None) -> None:
         super().__init__(name=name)
         self._scopes_sublayers = False
+        self._autocast = False  # as in Keras, a graph network's layers cast their own inputs
         self._stack: list[Layer] = []
         self._input_layer: InputLayer | None = None
         for layer in layers or []:
@@ -432,11 +489,14 @@ class Sequential(Model):
         layers = [serialize(layer) for layer in self._stack]
         if self._input_layer is not None:
             layers.insert(0, serialize(self._input_layer))
-        return {"name": self.name, "layers": layers}
+        return {"name": self.name, "layers": layers, **self._ipu_config()}
 
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: dict[str, Any] | None = None) -> Sequential:
+        """A Sequential model from :meth:`get_config`'s dict (IPU options set again inside an IPU scope)."""
+        config, ipu_options = split_ipu_config(config)
         model = cls(name=config.get("name"))
+        model._apply_ipu_config(ipu_options)
         for layer_config in config["layers"]:
             layer_config = dict(layer_config)
             if layer_config["class_name"] == "InputLayer":
@@ -446,26 +506,38 @@ class Sequential(Model):
         return model
 
 
+def model_from_config(config: dict[str, Any], custom_objects: dict[str, Any] | None = None) -> Model:
+    """``tf.keras.models.model_from_config``: a model (or layer) from ``{"class_name", "config"}`` (Keras 2's or
+    Keras 3's schema), its classes looked up in ``custom_objects`` and the registered objects too."""
+    if isinstance(config, list):
+        raise TypeError("`model_from_config` expects a dictionary, not a list. Received: config=" + str(config)[:80])
+    return deserialize(keras3_schema.from_keras3(config), custom_objects)
+
+
+def model_from_json(json_string: str, custom_objects: dict[str, Any] | None = None) -> Model:
+    """``tf.keras.models.model_from_json``: the model ``Model.to_json`` describes (fresh weights)."""
+    return model_from_config(json.loads(json_string), custom_objects)
+
+
 def load_model(filepath: Any, custom_objects: dict[str, Any] | None = None, compile: bool = True,
                options: Any = None) -> Model:
-    """``tf.keras.models.load_model`` of a whole-model ``.h5`` file (popjit's or stock Keras's ``model.save``
-    of a Sequential model): rebuilt from its config, its weights loaded, compiled as it was saved."""
-    config, training, load_weights_into = saving.read_model_file(filepath)
-    if config.get("class_name") != "Sequential":
-        raise UnimplementedError(f"load_model of a {config.get('class_name')} model is not implemented by popjit: "
-                                 "only Sequential models have a config. Build the model in code and call "
-                                 "model.load_weights on the file.")
-    if '"module":' in json.dumps(config):  # Keras 3 writes each object's module: another config schema
-        raise UnimplementedError(
-            f"load_model('{filepath}'): this file was written by Keras 3, whose model configs popjit does not read "
-            "(it reads Keras 2's, as Graphcore's SDK writes them). Build the model in code and call "
-            "model.load_weights on the file: its weights load.")
-    model = Sequential.from_config(config["config"], custom_objects)
-    load_weights_into(model)
-    if compile and training is not None:
-        model.compile(optimizer=optimizers.deserialize(training["optimizer_config"], custom_objects),
-                      loss=training.get("loss"), metrics=training.get("metrics"),
-                      loss_weights=training.get("loss_weights"), weighted_metrics=training.get("weighted_metrics"))
+    """``tf.keras.models.load_model`` of a whole-model file (popjit's or stock Keras's ``model.save``): Keras 2's
+    ``.h5`` or Keras 3's ``.keras``. The model is rebuilt from its config (its own classes found in
+    ``custom_objects`` or registered with ``register_keras_serializable``), its weights loaded, and compiled as it
+    was saved, with its optimizer state."""
+    file = saving.ModelFile(filepath)
+    with generic_utils.custom_object_scope(custom_objects):
+        model = model_from_config(file.config, custom_objects)
+        if not model.built and file.build_shape is not None:
+            model.build(tuple(file.build_shape))
+        file.load_weights(model)
+        if compile and file.training is not None:
+            training = file.training
+            model.compile(optimizer=optimizers.deserialize(training["optimizer_config"], custom_objects),
+                          loss=training.get("loss"), metrics=training.get("metrics"),
+                          loss_weights=training.get("loss_weights"), weighted_metrics=training.get("weighted_metrics"),
+                          steps_per_execution=training.get("steps_per_execution"))
+            file.load_optimizer(model)
     return model
 
 

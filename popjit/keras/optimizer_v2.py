@@ -176,15 +176,18 @@ class OptimizerV2:
         for var, value in zip(params, weights):
             var.assign(np.asarray(value, dtype=var.dtype.as_numpy_dtype))
 
-    def add_slot(self, var: tf.Variable, slot_name: str, initializer: Any = "zeros", shape: Any = None) -> tf.Variable:
-        """The slot ``slot_name`` of ``var``, created (beside ``var``) on first request."""
+    def add_slot(self, var: tf.Variable, slot_name: str, initializer: Any = "zeros", shape: Any = None,
+                 dtype: Any = None) -> tf.Variable:
+        """The slot ``slot_name`` of ``var``, created (beside ``var``, of ``var``'s dtype unless ``dtype`` is
+        given) on first request."""
         if slot_name not in self._slot_names:
             self._slot_names.append(slot_name)
         slots = self._slots.setdefault(id(var), {})
         self._slot_owners[id(var)] = var
         if slot_name not in slots:
             init = initializers.get(initializer)
-            value = backend.host_value(init, tuple(shape if shape is not None else var.shape), dtype=var.dtype)
+            value = backend.host_value(init, tuple(shape if shape is not None else var.shape),
+                                       dtype=tf.as_dtype(dtype) if dtype is not None else var.dtype)
             base = var.name.split(":")[0]
             with tf.device(var.device):
                 slot = backend.make_variable(value, f"{self._name}/{base}/{slot_name}", False)
@@ -293,6 +296,24 @@ class OptimizerV2:
         var_list = tf.nest.flatten(var_list)
         grads = tape.gradient(loss, var_list, grad_loss) if grad_loss is not None else tape.gradient(loss, var_list)
         return list(zip(grads, var_list))
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+    def _trackable_children(self) -> list[tuple[str, Any]]:
+        """The step counter ``iter`` and the hyperparameters held in variables, as Keras 2 checkpoints them
+        (created now, so that a restore before the first step finds them)."""
+        self._create_hypers()
+        hypers = [(name, value) for name, value in self._hyper.items() if isinstance(value, tf.Variable)]
+        return [("iter", self.iterations), *hypers]
+
+    def _checkpoint_slots(self) -> list[tuple[tf.Variable, str, tf.Variable]]:
+        """``(variable, slot name, slot variable)`` of every slot, for a checkpoint's slot references."""
+        return [(self._slot_owners[key], name, slot) for key, slots in self._slots.items()
+                for name, slot in slots.items()]
+
+    def _restore_slot(self, var: tf.Variable, slot_name: str) -> tf.Variable:
+        """The slot a checkpoint holds a value for, created if it does not exist yet."""
+        self._create_hypers()
+        return self.add_slot(var, slot_name)
 
     # -- configuration -------------------------------------------------------------------------------
     def get_config(self) -> dict[str, Any]:
