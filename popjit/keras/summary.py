@@ -16,16 +16,17 @@ def _shape_text(layer: Any) -> str:
     shape = layer._output_shape
     if shape is None or len(layer._inbound_nodes) > 1:
         return "multiple"
-    return str(_as_python(shape))
+    return str(as_python_shape(shape))
 
 
-def _as_python(shape: Any) -> Any:
+def as_python_shape(shape: Any) -> Any:
+    """A shape (or nest of shapes) as plain tuples and lists, as Keras prints them."""
     if isinstance(shape, list):
-        return [_as_python(s) for s in shape]
+        return [as_python_shape(s) for s in shape]
     if isinstance(shape, dict):
-        return {k: _as_python(v) for k, v in shape.items()}
+        return {k: as_python_shape(v) for k, v in shape.items()}
     if isinstance(shape, tuple) and shape and not all(d is None or isinstance(d, int) for d in shape):
-        return tuple(_as_python(s) for s in shape)
+        return tuple(as_python_shape(s) for s in shape)
     return tuple(shape)
 
 
