@@ -7,7 +7,9 @@ the user's code, and what to do.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dis
+import sys
+from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
 OK = 0
@@ -83,21 +85,72 @@ class UnimplementedAPIError(UnimplementedError, AttributeError):  # type: ignore
     ``hasattr`` and ``getattr(..., default)`` keep working)."""
 
 
-def missing_api(module: str, name: str) -> UnimplementedAPIError:
-    """The error for ``module.name`` not existing in popjit."""
-    return UnimplementedAPIError(
-        f"{module}.{name} is not implemented by popjit. See docs/reference.md for the supported API; "
-        "if your program needs it, please open an issue naming the op and a small example."
-    )
+class UnimplementedImportError(UnimplementedError, ImportError):  # type: ignore[misc, valid-type]
+    """``from module import name`` of a name popjit does not provide: an ImportError, as Python raises
+    for a missing name, that keeps popjit's message (Python replaces an AttributeError raised there
+    with a bare "cannot import name")."""
 
 
-def missing_attributes(module: str) -> Callable[[str], NoReturn]:
+class UnimplementedModuleError(UnimplementedError, ModuleNotFoundError):  # type: ignore[misc, valid-type]
+    """``import module`` of a TensorFlow or Graphcore module popjit does not provide."""
+
+
+_IMPORT_FROM = dis.opmap["IMPORT_FROM"]
+
+
+def importing_name() -> bool:
+    """True when the code asking for an attribute is a ``from module import name`` statement: the
+    nearest frame outside popjit is executing ``IMPORT_FROM``."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "popjit":
+        frame = frame.f_back
+    if frame is None:
+        return False
+    code = frame.f_code.co_code
+    return 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] == _IMPORT_FROM
+
+
+def unimplemented_name(name: str, message: str, module: str | None = None) -> UnimplementedError:
+    """The error for a missing API ``name``: an :class:`UnimplementedAPIError` (also an AttributeError;
+    with ``module``, its text starts as Python's "module 'm' has no attribute 'name'"), or an
+    :class:`UnimplementedImportError` when a ``from module import name`` statement asks."""
+    if importing_name():
+        return UnimplementedImportError(f"cannot import name '{name}': {message}")
+    prefix = f"module '{module}' has no attribute '{name}': " if module else ""
+    return UnimplementedAPIError(prefix + message)
+
+
+def missing_api_message(module: str, name: str) -> str:
+    """The text of the error for ``module.name`` not existing in popjit."""
+    return (f"{module}.{name} is not implemented by popjit. See docs/reference.md for the supported API; "
+            "if your program needs it, please open an issue naming the op and a small example.")
+
+
+def missing_api(module: str, name: str) -> UnimplementedError:
+    """The error for ``module.name`` not existing in popjit (see :func:`unimplemented_name`)."""
+    return unimplemented_name(name, missing_api_message(module, name))
+
+
+def multi_ipu_message(name: str) -> str:
+    """The text of the error for a Graphcore name that needs several IPUs (pipelining, sharding,
+    replication), which popjit does not run yet."""
+    return (f"{name} is not implemented by popjit yet: popjit runs a program on one IPU, and pipelining, "
+            "sharding and replication over several IPUs come later. Run the model on one IPU without it; to "
+            "train on larger batches, accumulate gradients (model.set_gradient_accumulation_options(...) or "
+            "ipu.optimizers.GradientAccumulationOptimizerV2).")
+
+
+def missing_attributes(module: str, multi_ipu: Iterable[str] = ()) -> Callable[[str], NoReturn]:
     """A module-level ``__getattr__`` for the TensorFlow or Graphcore namespace ``module`` (as users
-    write it, e.g. ``"tf.nn"``): a name popjit lacks is :func:`missing_api`'s error."""
+    write it, e.g. ``"tf.nn"``): a name popjit lacks is :func:`missing_api`'s error, or, for the
+    names in ``multi_ipu``, one saying they need several IPUs (:func:`multi_ipu_message`)."""
+    several = frozenset(multi_ipu)
 
     def module_getattr(name: str) -> NoReturn:
         if name.startswith("__"):
             raise AttributeError(name)
+        if name in several:
+            raise unimplemented_name(name, multi_ipu_message(f"{module}.{name}"))
         raise missing_api(module, name)
 
     return module_getattr

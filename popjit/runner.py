@@ -6,10 +6,11 @@
 
 Two parts. :func:`install_hook` puts a finder at the front of ``sys.meta_path`` that makes
 ``tensorflow`` (and ``tensorflow.compat.v1``, ``tensorflow.keras``, ``tensorflow.python.ipu``,
-``tensorflow.python.keras``, ``keras``, and every module below them) the very module objects of
-popjit, so ``import tensorflow as tf; tf is popjit.tensorflow``. Nothing installs it but this
-command, and only in the process it runs in: importing popjit leaves ``import tensorflow`` alone,
-and a real TensorFlow installed beside popjit stays what every other process imports.
+``tensorflow.python.keras``, ``keras``, Graphcore's ``ipu_tensorflow_addons``, and every module
+below them) the very module objects of popjit, so ``import tensorflow as tf; tf is popjit.tensorflow``.
+Nothing installs it but this command, and only in the process it runs in: importing popjit leaves
+``import tensorflow`` alone, and a real TensorFlow installed beside popjit stays what every other
+process imports.
 
 Then the program runs as ``python`` would run it: through :mod:`runpy` as ``__main__``, with
 ``sys.argv`` and ``sys.path[0]`` set as the interpreter sets them. Exceptions, ``sys.exit`` codes
@@ -40,8 +41,8 @@ HELP = f"""{USAGE}
 
 Run a program written for Graphcore's IPU TensorFlow, unmodified, on popjit. Inside this process
 only, `import tensorflow` (and tensorflow.compat.v1, tensorflow.keras, tensorflow.python.ipu,
-tensorflow.python.keras, keras) resolve to popjit's modules; a real TensorFlow installed beside
-popjit is untouched. sys.argv, __name__ == "__main__", exit codes and tracebacks behave as with
+tensorflow.python.keras, keras, ipu_tensorflow_addons) resolve to popjit's modules; a real TensorFlow
+installed beside popjit is untouched. sys.argv, __name__ == "__main__", exit codes and tracebacks behave as with
 `python SCRIPT ARGS`.
 
   SCRIPT      a Python file (or a directory or zip file with a __main__.py)
@@ -80,6 +81,7 @@ ALIASES: tuple[Alias, ...] = (
     Alias("tensorflow.python.ipu", "popjit.ipu"),
     Alias("tensorflow.python.keras", "popjit.tensorflow.keras"),
     Alias("keras", "popjit.tensorflow.keras"),
+    Alias("ipu_tensorflow_addons", "popjit.ipu_tensorflow_addons"),
 )
 
 

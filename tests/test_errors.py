@@ -239,3 +239,26 @@ def test__ragged_and_string_values__tensorflow_style_conversion_errors():
             tf.constant(value)
     with pytest.raises(TypeError, match=r"tf.data cannot make a tensor .* \(no tf.string\)"):
         tf.data.Dataset.from_tensor_slices(["a", "b"])
+
+
+def test__from_import_of_a_missing_name__is_an_import_error_that_keeps_popjits_message():
+    with pytest.raises(ImportError) as e:
+        from popjit.tensorflow.keras.layers import Conv3DTranspose  # noqa: F401
+    assert isinstance(e.value, errors.UnimplementedError) and not isinstance(e.value, AttributeError)
+    assert str(e.value).startswith("cannot import name 'Conv3DTranspose': tf.keras.layers.Conv3DTranspose is not "
+                                   "implemented by popjit.")
+
+    def inside_a_function():
+        from popjit.tensorflow.python.ipu import pipelining_ops  # noqa: F401
+
+    with pytest.raises(errors.UnimplementedImportError, match=r"ipu\.pipelining_ops is not implemented by popjit yet: "
+                                                              r"popjit runs a program on one IPU"):
+        inside_a_function()
+    from popjit.tensorflow.keras.layers import Dense  # what exists still imports
+    from popjit.tensorflow.python.ipu import nn_ops
+
+    assert Dense is tf.keras.layers.Dense and nn_ops.gelu is not None
+    # the attribute forms are unchanged: AttributeErrors, so hasattr and getattr with a default work
+    assert not hasattr(tf.keras.layers, "Conv3DTranspose") and getattr(tf.nn, "ctc_loss", 7) == 7
+    with pytest.raises(errors.UnimplementedAPIError):
+        tf.keras.layers.Conv3DTranspose  # noqa: B018

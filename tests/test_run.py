@@ -101,6 +101,12 @@ MODULES = {
     "tensorflow.python.keras.datasets": "popjit.tensorflow.keras.datasets",
     "keras": "popjit.tensorflow.keras",
     "keras.datasets": "popjit.tensorflow.keras.datasets",
+    "keras.ipu": "popjit.tensorflow.keras.ipu",
+    "tensorflow.python.ipu.keras": "popjit.ipu.keras",
+    "tensorflow.python.ipu.ops.nn_ops": "popjit.ipu.ops.nn_ops",
+    "ipu_tensorflow_addons": "popjit.ipu_tensorflow_addons",
+    "ipu_tensorflow_addons.keras.layers": "popjit.ipu_tensorflow_addons.keras.layers",
+    "ipu_tensorflow_addons.keras.optimizers": "popjit.ipu_tensorflow_addons.keras.optimizers",
 }
 
 # statement form → a check of what it bound, run inside the program
@@ -122,6 +128,14 @@ STATEMENTS = {
     "import tensorflow as tf  # tf.compat.v1.constant": "tf.compat.v1.constant is tf.constant",
     "import tensorflow as tf  # tf.__version__": "tf.__version__ == popjit.tensorflow.__version__",
     "import tensorflow  # sys.modules": "sys.modules['tensorflow'] is popjit.tensorflow",
+    "from ipu_tensorflow_addons.keras.layers import Embedding, LSTM":
+        "LSTM is popjit.keras.ipu_recurrent.PopnnLSTM and Embedding is popjit.keras.ipu_layers.Embedding",
+    "from ipu_tensorflow_addons.keras.optimizers import LAMBIpuOptimizer":
+        "LAMBIpuOptimizer is popjit.keras.ipu_optimizers.LAMBIpuOptimizer",
+    "from tensorflow.python.ipu import nn_ops, rand_ops":
+        "nn_ops is popjit.ipu.ops.nn_ops and rand_ops is popjit.ipu.ops.rand_ops",
+    "from tensorflow.python.ipu.keras import layers": "layers.LSTM is popjit.keras.ipu_recurrent.PopnnLSTM",
+    "from tensorflow.keras import ipu": "ipu.PipelineStage is popjit.keras.ipu_models.PipelineStage",
 }
 
 IDENTITY_PROGRAM = """\
@@ -200,6 +214,61 @@ def test_a_missing_tensorflow_module_is_a_clear_import_error(tmp_path: Path) -> 
     # the traceback ends at the user's line, not inside popjit's finder
     assert re.search(r'File ".*prog\.py", line 5, in <module>\n\s+import tensorflow\.contrib\.slim\n', r.stderr)
     assert "runner.py" not in r.stderr and "runpy" not in r.stderr
+
+
+def test_from_import_of_a_missing_name_keeps_popjits_unimplemented_message(tmp_path: Path) -> None:
+    write(tmp_path / "prog.py", """\
+        import tensorflow as tf
+        try:
+            from tensorflow.python.ipu import pipelining_ops
+        except ImportError as e:
+            print("pipelining:", isinstance(e, tf.errors.UnimplementedError), e)
+        try:
+            from ipu_tensorflow_addons.saved_model_tool import converter
+        except tf.errors.UnimplementedError as e:
+            print("tool:", isinstance(e, ImportError), e)
+        from tensorflow.keras.layers import Conv3DTranspose
+        """)
+    r = popjit_run(["prog.py"], tmp_path)
+    assert r.returncode == 1
+    assert ("pipelining: True cannot import name 'pipelining_ops': ipu.pipelining_ops is not implemented by popjit "
+            "yet: popjit runs a program on one IPU") in r.stdout
+    assert "tool: True cannot import name 'converter': ipu_tensorflow_addons.saved_model_tool is not" in r.stdout
+    assert ("UnimplementedImportError: cannot import name 'Conv3DTranspose': tf.keras.layers.Conv3DTranspose is not "
+            "implemented by popjit") in r.stderr
+    assert 'prog.py", line 10' in r.stderr
+
+
+@pytest.mark.slow
+def test_graphcores_ipu_keras_layers_train_under_popjit_run(tmp_path: Path) -> None:
+    write(tmp_path / "prog.py", """\
+        import numpy as np
+        import tensorflow as tf
+        from tensorflow.python import ipu
+        from ipu_tensorflow_addons.keras.layers import Embedding, LSTM
+        from ipu_tensorflow_addons.keras.optimizers import AdamIpuOptimizer
+
+        cfg = ipu.config.IPUConfig()
+        cfg.auto_select_ipus = 1
+        cfg.configure_ipu_system()
+        rng = np.random.default_rng(0)
+        y = rng.integers(0, 2, size=64).astype(np.int32)
+        x = rng.integers(2, 20, size=(64, 6)).astype(np.int32)
+        x[:, 2] = y  # the label is token 0 or 1 at position 2
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(8, drop_remainder=True)
+        with ipu.ipu_strategy.IPUStrategy().scope():
+            inputs = tf.keras.Input(shape=(6,), dtype=tf.int32, batch_size=8)
+            h = LSTM(8, dropout=0.2, dropout_seed=[1, 2])(Embedding(20, 8)(inputs))
+            model = tf.keras.Model(inputs, tf.keras.layers.Dense(1, activation="sigmoid")(h))
+            model.compile(steps_per_execution=8, loss="binary_crossentropy", optimizer=AdamIpuOptimizer(0.05),
+                          metrics=["accuracy"])
+            history = model.fit(ds, steps_per_epoch=8, epochs=6, verbose=0)
+        print("LOSSES", history.history["loss"][0], history.history["loss"][-1], history.history["accuracy"][-1])
+        """)
+    r = popjit_run(["prog.py"], tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr
+    first, last, accuracy = (float(v) for v in r.stdout.split("LOSSES")[1].split())
+    assert last < first * 0.5 and accuracy > 0.9
 
 
 def test_compat_v1_graph_mode_api_raises_unimplemented(tmp_path: Path) -> None:

@@ -3,23 +3,18 @@
 ``from tensorflow.python import ipu``.
 
 Submodules are imported on first use (``ipu.loops``, ``ipu.ipu_outfeed_queue``...): any module
-added to this package is reachable as an attribute without being listed here.
+added to this package is reachable as an attribute without being listed here. As in Graphcore's
+package, the op modules of ``ipu.ops`` are also ``ipu.nn_ops``, ``ipu.rand_ops``... and the IPU
+Keras layers and losses ``ipu.layers`` and ``ipu.losses``.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-from types import ModuleType
-
-from popjit.errors import UnimplementedAPIError, missing_api
 from popjit.ipu import config, ipu_strategy, scopes, utils  # noqa: F401
+from popjit.ipu._modules import package_getattr
 
-
-def __getattr__(name: str) -> ModuleType:
-    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        return importlib.import_module(f"{__name__}.{name}")
-    if name.startswith("__"):
-        raise AttributeError(name)
-    # e.g. ipu.pipelining_ops: Graphcore's module, not popjit's yet (or a misspelt name)
-    raise UnimplementedAPIError(f"module 'ipu' has no attribute '{name}': {missing_api('ipu', name)}")
+__getattr__ = package_getattr("popjit.ipu", "ipu", {
+    **{name: f"popjit.ipu.ops.{name}" for name in ("embedding_ops", "math_ops", "nn_ops", "rand_ops")},
+    "layers": "popjit.ipu.keras.layers",
+    "losses": "popjit.ipu.keras.losses",
+})

@@ -1,7 +1,9 @@
 """``ipu.optimizers``: the gradient accumulation optimizer (the cross-replica and sharded optimizers
 come with replication)."""
 
-from popjit.errors import missing_attributes
+from popjit.errors import missing_attributes as _missing_attributes
 from popjit.keras.gradient_accumulation import GradientAccumulationOptimizerV2  # noqa: F401
 
-__getattr__ = missing_attributes("ipu.optimizers")
+__getattr__ = _missing_attributes("ipu.optimizers", multi_ipu=(
+    "CrossReplicaGradientAccumulationOptimizer", "CrossReplicaGradientAccumulationOptimizerV2", "CrossReplicaOptimizer",
+    "ShardedOptimizer"))

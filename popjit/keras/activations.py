@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from popjit.frontend import api as tf
-from popjit.keras import backend
+from popjit.frontend import ipu_ops
+from popjit.keras import backend, generic_utils
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
@@ -114,9 +115,8 @@ def sigmoid(x: Any) -> Any:
 
 
 def hard_sigmoid(x: Any) -> Any:
-    """The piecewise-linear sigmoid ``clip(0.2 * x + 0.5, 0, 1)``."""
-    x = _x(x)
-    return tf.clip_by_value(x * 0.2 + 0.5, 0.0, 1.0)
+    """The piecewise-linear sigmoid ``clip(0.2 * x + 0.5, 0, 1)`` (Graphcore's ``ipu.nn_ops.hard_sigmoid``)."""
+    return ipu_ops.hard_sigmoid(_x(x))
 
 
 def tanh(x: Any) -> Any:
@@ -169,7 +169,7 @@ def get(identifier: Any) -> Callable[..., Any]:
     if identifier is None:
         return linear
     if isinstance(identifier, str):
-        fn = _BY_NAME.get(identifier)
+        fn = _BY_NAME.get(identifier) or generic_utils.get_registered_object(identifier)
         if fn is None:
             raise backend.unknown_object("activation function", identifier)
         return fn
@@ -181,10 +181,11 @@ def get(identifier: Any) -> Callable[..., Any]:
 
 
 def serialize(activation: Callable[..., Any]) -> Any:
-    """The name of a built-in activation (or of a function), or a layer's config."""
+    """The name of a built-in activation (or of a function, its registered name if it has one), or a layer's
+    config."""
     if hasattr(activation, "get_config") and not isinstance(activation, type):
         return {"class_name": type(activation).__name__, "config": activation.get_config()}
-    return getattr(activation, "__name__", str(activation))
+    return generic_utils.get_registered_name(activation)
 
 
 def deserialize(config: Any, custom_objects: dict[str, Any] | None = None) -> Callable[..., Any]:

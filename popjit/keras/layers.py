@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from popjit.frontend import api as tf
-from popjit.keras import activations, backend, constraints, initializers, regularizers
+from popjit.keras import activations, backend, constraints, generic_utils, initializers, regularizers
 from popjit.keras.base_layer import Layer, as_shape_tuple
 from popjit.keras.keras_tensor import Input, InputLayer, KerasTensor, infer_output_signature  # noqa: F401
 
@@ -79,8 +79,8 @@ class Dense(Layer):
 
     def call(self, inputs: Any) -> Any:
         x = tf.convert_to_tensor(inputs)
-        if x.dtype != tf.as_dtype(self.dtype):
-            x = tf.cast(x, self.dtype)
+        if x.dtype != tf.as_dtype(self.compute_dtype):
+            x = tf.cast(x, self.compute_dtype)
         rank = x.shape.rank
         if rank == 2:
             out = tf.matmul(x, self.kernel)
@@ -414,8 +414,8 @@ class Concatenate(Layer):
 
 
 def serialize(layer: Layer) -> dict[str, Any]:
-    """``{'class_name': ..., 'config': ...}`` for :func:`deserialize`."""
-    return {"class_name": type(layer).__name__, "config": layer.get_config()}
+    """``{'class_name': ..., 'config': ...}`` for :func:`deserialize` (a registered class by its registered name)."""
+    return {"class_name": generic_utils.config_class_name(layer), "config": layer.get_config()}
 
 
 def deserialize(config: dict[str, Any], custom_objects: dict[str, Any] | None = None) -> Layer:
@@ -425,9 +425,10 @@ def deserialize(config: dict[str, Any], custom_objects: dict[str, Any] | None = 
     from popjit.keras import models
     from popjit.keras.layer_registry import LAYERS
 
-    cls = (custom_objects or {}).get(name) or LAYERS.get(name) or getattr(models, name, None)
+    cls = generic_utils.get_registered_object(name, custom_objects) or LAYERS.get(name) or getattr(models, name, None)
     if not (isinstance(cls, type) and issubclass(cls, Layer)):
         raise ValueError(f"Unknown layer: {name}. Please ensure this object is passed to the `custom_objects` "
                          "argument.")
-    return cls.from_config(dict(config.get("config", {})))
+    with generic_utils.custom_object_scope(custom_objects):  # nested configs find the user's objects too
+        return cls.from_config(dict(config.get("config", {})))
 

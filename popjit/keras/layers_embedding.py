@@ -65,7 +65,7 @@ class Embedding(Layer):
         return (*as_shape_tuple(input_shape), self.output_dim)
 
     def compute_output_signature(self, input_shape: Any, input_dtype: Any) -> tuple[Any, Any]:
-        return self.compute_output_shape(input_shape), self.dtype
+        return self.compute_output_shape(input_shape), self.compute_dtype
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "input_dim": self.input_dim, "output_dim": self.output_dim,
@@ -169,8 +169,8 @@ class Rescaling(Layer):
         self.scale, self.offset = scale, offset
 
     def call(self, inputs: Any) -> Any:
-        x = tf.cast(inputs, self.dtype)
-        return x * tf.cast(self.scale, self.dtype) + tf.cast(self.offset, self.dtype)
+        x = tf.cast(inputs, self.compute_dtype)
+        return x * tf.cast(self.scale, self.compute_dtype) + tf.cast(self.offset, self.compute_dtype)
 
     def compute_output_shape(self, input_shape: Any) -> Any:
         return input_shape

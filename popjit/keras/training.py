@@ -22,12 +22,17 @@ from popjit import context, data
 from popjit.frontend import api as tf
 from popjit.frontend import control_flow
 from popjit.keras import callbacks as callbacks_mod
-from popjit.keras import gradient_accumulation, optimizers
+from popjit.keras import gradient_accumulation, mixed_precision, optimizers
 from popjit.keras.compile_utils import LossesContainer, MetricsContainer
 
 log = logging.getLogger("popjit")
 
 _MAKE_FUNCTIONS = ("make_train_function", "make_test_function", "make_predict_function")
+
+
+def user_overrides(cls: type, name: str) -> bool:
+    """Whether a class of the user's (not popjit's) in ``cls``'s hierarchy defines ``name``."""
+    return any(name in c.__dict__ for c in cls.__mro__ if c.__module__.split(".")[0] != "popjit")
 
 
 # -- data ----------------------------------------------------------------------------------------
@@ -245,6 +250,9 @@ class TrainingAPI:
         if strategy is not None:
             self._check_variables_in(strategy)
         self.optimizer = optimizers.get(optimizer)
+        if self.dtype_policy.name == "mixed_float16" and not isinstance(self.optimizer,
+                                                                       mixed_precision.LossScaleOptimizer):
+            self.optimizer = mixed_precision.LossScaleOptimizer(self.optimizer)  # as Keras: mixed_float16 scales losses
         self.loss = loss
         names = self._output_names()
         self.compiled_loss = LossesContainer(loss, loss_weights, names) if loss is not None else None
@@ -300,9 +308,12 @@ class TrainingAPI:
         if getattr(self, "_accumulator", None) is None:
             return
         steps = self._accumulator.steps
-        if any("train_step" in c.__dict__ for c in type(self).__mro__ if c.__module__.split(".")[0] != "popjit"):
+        if user_overrides(type(self), "train_step"):
             raise RuntimeError(f"The function `train_step` for the model {self.name} has been overridden. This is not "
                                "supported for Keras models with gradient accumulation enabled.")
+        if user_overrides(type(self.optimizer), "minimize"):
+            raise ValueError("When using Gradient Accumulation or Pipelining, the provided optimizer must not override "
+                             "OptimizerV2.minimize.")
         if on_ipu and self._steps_per_execution % steps:
             raise RuntimeError(
                 "The model has been configured to use gradient accumulation for training, however the current "
@@ -356,8 +367,9 @@ class TrainingAPI:
             y_pred = self(x, training=True)
             loss = self.compiled_loss(y, y_pred, sample_weight, regularization_losses=self.losses)
         if getattr(self, "_accumulator", None) is not None:
-            variables = self.trainable_variables
-            self._accumulator.apply_gradients(zip(tape.gradient(loss, variables), variables))
+            # the optimizer's gradients: a LossScaleOptimizer's are of the scaled loss, unscaled
+            self._accumulator.apply_gradients(self.optimizer._compute_gradients(loss, self.trainable_variables,
+                                                                                tape=tape))
         else:
             self.optimizer.minimize(loss, self.trainable_variables, tape=tape)
         self.compiled_metrics.update_state(y, y_pred, sample_weight)
@@ -387,8 +399,10 @@ class TrainingAPI:
             raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, "
                                "loss)`.")
         strategy = context.current_strategy()
+        if strategy is not None:
+            self._check_variables_in(strategy)
         for name in _MAKE_FUNCTIONS:
-            if any(name in c.__dict__ for c in type(self).__mro__ if c.__module__.split(".")[0] != "popjit"):
+            if user_overrides(type(self), name):
                 if self._device_loop(strategy):
                     raise RuntimeError(f"The function `{name}` for the model {self.name} has been overridden. This "
                                        "is not supported when using Keras within an IPUStrategy. Either remove the "
@@ -629,6 +643,44 @@ class TrainingAPI:
         """Per-batch callbacks for every step of an execution (True), or once per execution (False)."""
         self._asynchronous_callbacks = bool(asynchronous)
 
+    def _ipu_config(self) -> dict[str, Any]:
+        """The IPU options a model created in an IPU strategy's scope adds to its config, under the keys of
+        Graphcore's Keras (pipelining is not implemented: those keys are None)."""
+        if not self._device_loop(getattr(self, "_strategy", None)):
+            return {}
+        steps, reduction, normalize = getattr(self, "_gradient_accumulation", None) or (
+            None, gradient_accumulation.GradientAccumulationReductionMethod.SUM, None)
+        return {"gradient_accumulation_steps_per_replica": steps,
+                "experimental_gradient_accumulation_normalize_gradients": normalize or None,
+                "experimental_pipelining_normalize_gradients": None,
+                "gradient_accumulation_reduction_method": reduction.value,
+                "asynchronous_callbacks": self._async_callbacks(),
+                "pipelining_gradient_accumulation_steps_per_replica": None, "pipelining_device_mapping": None,
+                "pipelining_accumulate_outfeed": None,
+                "infeed_kwargs": dict(getattr(self, "_infeed_options", {})),
+                "outfeed_kwargs": dict(getattr(self, "_outfeed_options", {}))}
+
+    def _apply_ipu_config(self, options: dict[str, Any]) -> None:
+        """Set the IPU options read from a config (:func:`split_ipu_config`) when loading inside an IPU
+        strategy's scope; outside one they are not Keras options and are left out, as Graphcore's Keras does."""
+        if not options or not self._device_loop(context.current_strategy()):
+            return
+        pipelined = [k for k in options if k.startswith(("pipelining_", "experimental_pipelining"))
+                     and options[k] is not None]
+        if pipelined:
+            raise tf.errors.UnimplementedError(f"The model's config sets pipelining options {pipelined}; pipelined "
+                                               "Keras models are not implemented by popjit.")
+        if options.get("gradient_accumulation_steps_per_replica"):
+            method = gradient_accumulation.GradientAccumulationReductionMethod(
+                options.get("gradient_accumulation_reduction_method", 0))
+            self.set_gradient_accumulation_options(
+                options["gradient_accumulation_steps_per_replica"],
+                experimental_normalize_gradients=options.get("experimental_gradient_accumulation_normalize_gradients"),
+                gradient_accumulation_reduction_method=method)
+        self.set_asynchronous_callbacks(bool(options.get("asynchronous_callbacks", False)))
+        self.set_infeed_queue_options(**(options.get("infeed_kwargs") or {}))
+        self.set_outfeed_queue_options(**(options.get("outfeed_kwargs") or {}))
+
     def set_infeed_queue_options(self, **kwargs: Any) -> None:
         """Options of the infeed Keras creates for each mode (``prefetch_depth``...)."""
         self._infeed_options = dict(kwargs)
@@ -636,6 +688,20 @@ class TrainingAPI:
     def set_outfeed_queue_options(self, **kwargs: Any) -> None:
         """Options of the outfeed Keras creates for each mode (``buffer_depth``...)."""
         self._outfeed_options = dict(kwargs)
+
+
+#: The keys of Graphcore's Keras for the IPU options in a model's config.
+IPU_CONFIG_KEYS = ("gradient_accumulation_steps_per_replica", "gradient_accumulation_reduction_method",
+                   "experimental_gradient_accumulation_normalize_gradients",
+                   "pipelining_gradient_accumulation_steps_per_replica", "pipelining_device_mapping",
+                   "pipelining_accumulate_outfeed", "experimental_pipelining_normalize_gradients",
+                   "asynchronous_callbacks", "infeed_kwargs", "outfeed_kwargs")
+
+
+def split_ipu_config(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(the config without the IPU options, the IPU options)`` of a model's config."""
+    return ({k: v for k, v in config.items() if k not in IPU_CONFIG_KEYS},
+            {k: v for k, v in config.items() if k in IPU_CONFIG_KEYS})
 
 
 def _validates(epoch: int, freq: Any) -> bool:

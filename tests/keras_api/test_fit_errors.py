@@ -176,3 +176,31 @@ def test__bad_arguments__are_refused_with_kerass_text():
         model.fit(dataset, verbose=0, validation_split=0.5)
     with pytest.raises(ValueError, match=r"`y` argument is not supported when using dataset as input\."):
         model.fit(dataset, Y, verbose=0)
+
+
+def test__a_model_built_and_compiled_outside_the_scope__cannot_be_trained_in_it():
+    host = _model()
+    with ipu.ipu_strategy.IPUStrategy().scope():
+        for call in (lambda: host.fit(X, Y, batch_size=16, verbose=0), lambda: host.evaluate(X, Y, verbose=0),
+                     lambda: host.predict(X)):
+            _unchanged_after(host, call, ValueError,
+                             r"Variable \(dense/kernel:0\) was not created in the distribution strategy scope")
+    assert len(host.fit(X, Y, batch_size=16, verbose=0).history["loss"]) == 1  # outside it, stock Keras
+
+
+def test__an_optimizer_overriding_minimize__is_refused_with_accumulation():  # K21
+    class BadSGD(pj.keras.optimizers.SGD):
+        def minimize(self, loss, var_list, grad_loss=None, name=None, tape=None):
+            return super().minimize(loss, var_list, grad_loss, name, tape)
+
+    with ipu.ipu_strategy.IPUStrategy().scope():
+        model = pj.keras.Sequential([pj.keras.layers.Dense(2)])
+        model(X[:1])
+        loss = pj.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        model.compile(BadSGD(0.1), loss, steps_per_execution=2)
+        model.set_gradient_accumulation_options(gradient_accumulation_steps_per_replica=2)
+        _unchanged_after(model, lambda: model.fit(X, Y, batch_size=16, verbose=0), ValueError,
+                         r"When using Gradient Accumulation or Pipelining, the provided optimizer must not override "
+                         r"OptimizerV2\.minimize\.")
+        model.compile(pj.keras.optimizers.SGD(0.1), loss, steps_per_execution=2)
+        assert len(model.fit(X, Y, batch_size=16, verbose=0).history["loss"]) == 1

@@ -1,0 +1,7 @@
+"""``ipu.ops``: Graphcore's op modules (``ipu.ops.nn_ops``, ``rand_ops``, ``embedding_ops``,
+``math_ops``), loaded on first use; the others (``pipelining_ops``, ``functional_ops``...) raise
+``UnimplementedError`` naming themselves."""
+
+from popjit.ipu._modules import package_getattr
+
+__getattr__ = package_getattr("popjit.ipu.ops", "ipu.ops")
