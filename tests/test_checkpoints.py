@@ -146,3 +146,36 @@ def test__damaged_or_missing_checkpoints__raise_tensorflow_errors(tmp_path: Path
     with pytest.raises(DataLossError, match="not an sstable"):
         pj.train.load_checkpoint(prefix)
     assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test__keras_2_checkpoints__restore_both_ways_with_stock_tf_keras(tmp_path: Path, real_tf: Any) -> None:
+    """Keras 2 (``tf_keras``, the Keras of Graphcore's TensorFlow 2.6, with its OptimizerV2 ``legacy``
+    optimizers) names a model's objects as popjit does: a checkpoint of a trained model and its Adam
+    state restores both ways, and one more epoch on each side gives the same weights."""
+    k2 = pytest.importorskip("tf_keras")
+
+    def stock_model() -> Any:
+        model = k2.Sequential([k2.Input((4,)), k2.layers.Dense(3, activation="tanh"), k2.layers.Dense(1)])
+        model.compile(k2.optimizers.legacy.Adam(0.05), "mse")
+        return model
+
+    def one_more_epoch_agrees(ours: Any, theirs: Any) -> None:
+        for m in (ours, theirs):
+            m.fit(X, Y, batch_size=4, epochs=1, verbose=0, shuffle=False)
+        for got, want in zip(ours.get_weights(), theirs.get_weights(), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+    theirs = stock_model()
+    theirs.fit(X, Y, batch_size=4, epochs=2, verbose=0)
+    prefix = real_tf.train.Checkpoint(model=theirs, optimizer=theirs.optimizer).save(str(tmp_path / "tf"))
+    ours = small_model()
+    pj.train.Checkpoint(model=ours, optimizer=ours.optimizer).restore(prefix).assert_consumed()
+    one_more_epoch_agrees(ours, theirs)
+
+    ours = small_model()
+    ours.fit(X, Y, batch_size=4, epochs=2, verbose=0)
+    prefix = pj.train.Checkpoint(model=ours, optimizer=ours.optimizer).save(str(tmp_path / "pj"))
+    theirs = stock_model()
+    real_tf.train.Checkpoint(model=theirs, optimizer=theirs.optimizer).restore(prefix) \
+        .assert_existing_objects_matched()  # stock Keras creates (and then restores) its optimizer state lazily
+    one_more_epoch_agrees(ours, theirs)
