@@ -487,9 +487,12 @@ class Sequential(Model):
 
     def get_config(self) -> dict[str, Any]:
         layers = [serialize(layer) for layer in self._stack]
+        config: dict[str, Any] = {"name": self.name, "layers": layers}
         if self._input_layer is not None:
             layers.insert(0, serialize(self._input_layer))
-        return {"name": self.name, "layers": layers, **self._ipu_config()}
+        elif self._build_input_shape is not None:  # built by its first call: Keras records that shape
+            config["build_input_shape"] = list(self._build_input_shape)
+        return {**config, **self._ipu_config()}
 
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: dict[str, Any] | None = None) -> Sequential:
@@ -503,6 +506,8 @@ class Sequential(Model):
                 model.add(InputLayer(**layer_config["config"]))
             else:
                 model.add(deserialize(layer_config, custom_objects))
+        if config.get("build_input_shape") and not model.built:
+            model.build(tuple(config["build_input_shape"]))
         return model
 
 

@@ -262,3 +262,18 @@ def test__ipu_options__survive_save_and_load_inside_the_scope(tmp_path: Path) ->
         assert again._ipu_config()["gradient_accumulation_steps_per_replica"] == 4
     outside = pj.keras.models.load_model(tmp_path / "m.h5")  # outside the scope these are not Keras options
     assert getattr(outside, "_gradient_accumulation", None) is None and "infeed_kwargs" not in outside.get_config()
+
+
+@pytest.mark.parametrize("suffix", [".keras", ".h5"])
+def test__sequential_built_by_its_first_call__reloads_with_its_input_shape(tmp_path: Path, real_tf: Any,
+                                                                          suffix: str) -> None:
+    """A Sequential with no input shape, built by ``fit``: Keras records ``build_input_shape`` in its config,
+    so popjit and stock Keras rebuild it and load its weights."""
+    model = pj.keras.Sequential([pj.keras.layers.Dense(3, activation="relu"), pj.keras.layers.Dense(2)])
+    model.compile(pj.keras.optimizers.SGD(0.1), "sparse_categorical_crossentropy")
+    model.fit(X4, (np.arange(len(X4)) % 2).astype(np.int32), batch_size=4, epochs=1, verbose=0)
+    assert model.get_config()["build_input_shape"] == [None, X4.shape[1]]
+    model.save(str(tmp_path / f"m{suffix}"))
+    for loaded in (pj.keras.models.load_model(str(tmp_path / f"m{suffix}")),
+                   real_tf.keras.models.load_model(str(tmp_path / f"m{suffix}"))):
+        np.testing.assert_allclose(np.asarray(loaded(X4)), model(X4).numpy(), rtol=1e-6, atol=1e-6)
