@@ -582,10 +582,7 @@ def _render_reduce(k: Kernel, params: _Params, hoisted: list[str], parallel: boo
     body = _Body(params, hoisted, fp=fp)
     v = body.expr(store.value)
     out = _at(params.buf(store.buf), body.index(store.index))
-    names = [f"i{j}" for j in range(len(k.domain))]
-    sizes = [params.int(d) for d in k.domain]
-    fp.sizes.update(zip(names, sizes))
-    head, depth = _loops(names, sizes)
+    head, depth = _domain_loops(k, params, False, fp)
     rloops, rdepth = _loops(rnames, _reduction_sizes(k, params, fp))
     init = head + _indent([f"{out} = {_reduce_init(red, acc_t)}"], depth)
     update = body.lines + fp.count_inputs(v, store.value.dtype) + [f"{out} = {red.step(out, v, acc_t)}"]

@@ -61,24 +61,39 @@ class SGD(OptimizerV2):
                 "nesterov": self.nesterov}
 
 
-class Adam(OptimizerV2):
-    """Adam: moving averages ``m`` of the gradient and ``v`` of its square; ``var -= lr_t * m / (sqrt(v) +
-    epsilon)`` with ``lr_t = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)`` (AMSGrad: the running max of v)."""
+class _Moments(OptimizerV2):
+    """Adam's family (Adam, Adamax, Nadam): a learning rate, ``beta_1`` and ``beta_2`` for the moving
+    moments ``m`` and ``v`` (one slot each per variable, all ``m`` first), and ``epsilon``."""
 
-    def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999, epsilon: float = 1e-7,
-                 amsgrad: bool = False, name: str = "Adam", **kwargs: Any) -> None:
+    def __init__(self, name: str, learning_rate: Any, beta_1: Any, beta_2: Any, epsilon: float,
+                 **kwargs: Any) -> None:
         super().__init__(name, **kwargs)
         self._set_learning_rate(learning_rate, kwargs)
         self._set_hyper("beta_1", beta_1)
         self._set_hyper("beta_2", beta_2)
         self.epsilon = epsilon or backend.epsilon()
+
+    def _create_slots(self, var_list: list[tf.Variable]) -> None:
+        for slot in ("m", "v"):
+            for var in var_list:
+                self.add_slot(var, slot)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**self._learning_rate_config(), "beta_1": self._serialize_hyperparameter("beta_1"),
+                "beta_2": self._serialize_hyperparameter("beta_2"), "epsilon": self.epsilon}
+
+
+class Adam(_Moments):
+    """Adam: moving averages ``m`` of the gradient and ``v`` of its square; ``var -= lr_t * m / (sqrt(v) +
+    epsilon)`` with ``lr_t = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)`` (AMSGrad: the running max of v)."""
+
+    def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999, epsilon: float = 1e-7,
+                 amsgrad: bool = False, name: str = "Adam", **kwargs: Any) -> None:
+        super().__init__(name, learning_rate, beta_1, beta_2, epsilon, **kwargs)
         self.amsgrad = bool(amsgrad)
 
     def _create_slots(self, var_list: list[tf.Variable]) -> None:
-        for var in var_list:
-            self.add_slot(var, "m")
-        for var in var_list:
-            self.add_slot(var, "v")
+        super()._create_slots(var_list)
         if self.amsgrad:
             for var in var_list:
                 self.add_slot(var, "vhat")
@@ -108,8 +123,7 @@ class Adam(OptimizerV2):
         var.assign_sub(coefficients["lr"] * m_t / (tf.sqrt(v_t) + coefficients["epsilon"]))
 
     def get_config(self) -> dict[str, Any]:
-        return {**self._learning_rate_config(), "beta_1": self._serialize_hyperparameter("beta_1"),
-                "beta_2": self._serialize_hyperparameter("beta_2"), "epsilon": self.epsilon, "amsgrad": self.amsgrad}
+        return {**super().get_config(), "amsgrad": self.amsgrad}
 
 
 class RMSprop(OptimizerV2):
@@ -242,23 +256,13 @@ class Adadelta(OptimizerV2):
         return {**self._learning_rate_config(), "rho": self._serialize_hyperparameter("rho"), "epsilon": self.epsilon}
 
 
-class Adamax(OptimizerV2):
+class Adamax(_Moments):
     """Adamax (Adam with the infinity norm): ``m = beta_1 * m + (1 - beta_1) * grad``; ``v = max(beta_2 * v,
     |grad|)``; ``var -= lr / (1 - beta_1^t) * m / (v + epsilon)``."""
 
     def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999, epsilon: float = 1e-7,
                  name: str = "Adamax", **kwargs: Any) -> None:
-        super().__init__(name, **kwargs)
-        self._set_learning_rate(learning_rate, kwargs)
-        self._set_hyper("beta_1", beta_1)
-        self._set_hyper("beta_2", beta_2)
-        self.epsilon = epsilon or backend.epsilon()
-
-    def _create_slots(self, var_list: list[tf.Variable]) -> None:
-        for var in var_list:
-            self.add_slot(var, "m")
-        for var in var_list:
-            self.add_slot(var, "v")
+        super().__init__(name, learning_rate, beta_1, beta_2, epsilon, **kwargs)
 
     def _prepare_local(self, var_dtype: Any, apply_state: dict[str, Any]) -> None:
         super()._prepare_local(var_dtype, apply_state)
@@ -276,12 +280,8 @@ class Adamax(OptimizerV2):
         v.assign(v_t)
         var.assign_sub(c["lr"] * (m_t / (v_t + c["epsilon"])))
 
-    def get_config(self) -> dict[str, Any]:
-        return {**self._learning_rate_config(), "beta_1": self._serialize_hyperparameter("beta_1"),
-                "beta_2": self._serialize_hyperparameter("beta_2"), "epsilon": self.epsilon}
 
-
-class Nadam(OptimizerV2):
+class Nadam(_Moments):
     """Nadam (Adam with Nesterov momentum), Keras's form: the momentum ``beta_1 * (1 - 0.5 * 0.96^(0.004 t))``
     warms up over the steps, its running product is kept in the weight ``momentum_cache``; ``m`` and ``v`` are
     Adam's moving averages, bias-corrected with that product and ``beta_2^t``."""
@@ -294,21 +294,14 @@ class Nadam(OptimizerV2):
         if isinstance(kwargs.get("lr", learning_rate), schedules.LearningRateSchedule):
             raise ValueError("The Nadam optimizer does not support tf.keras.optimizers.LearningRateSchedules as the "
                              "learning rate.")
-        super().__init__(name, **kwargs)
-        self._set_learning_rate(learning_rate, kwargs)
-        self._set_hyper("beta_1", beta_1)
-        self._set_hyper("beta_2", beta_2)
-        self.epsilon = epsilon or backend.epsilon()
+        super().__init__(name, learning_rate, beta_1, beta_2, epsilon, **kwargs)
         self._m_cache: tf.Variable | None = None
 
     def _create_slots(self, var_list: list[tf.Variable]) -> None:
         if self._m_cache is None:
             self._m_cache = backend.make_variable(np.float32(1.0), f"{self._name}/momentum_cache", False)
             self._weights.append(self._m_cache)
-        for var in var_list:
-            self.add_slot(var, "m")
-        for var in var_list:
-            self.add_slot(var, "v")
+        super()._create_slots(var_list)
 
     def _prepare(self, var_list: list[tf.Variable]) -> dict[Any, dict[str, Any]]:
         self._m_cache_read = tf.identity(self._m_cache)
@@ -341,10 +334,6 @@ class Nadam(OptimizerV2):
         m_bar = (1.0 - c["momentum_t"]) * (grad / (1.0 - c["schedule"])) + c["momentum_next"] * (
             m_t / (1.0 - c["schedule_next"]))
         var.assign_sub(c["lr_t"] * m_bar / (tf.sqrt(v_t / (1.0 - c["beta_2_power"])) + c["epsilon"]))
-
-    def get_config(self) -> dict[str, Any]:
-        return {**self._learning_rate_config(), "beta_1": self._serialize_hyperparameter("beta_1"),
-                "beta_2": self._serialize_hyperparameter("beta_2"), "epsilon": self.epsilon}
 
 
 class Ftrl(OptimizerV2):

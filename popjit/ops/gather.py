@@ -240,7 +240,8 @@ def _segment_sum_ref(data: np.ndarray, segment_ids: np.ndarray, num_segments: in
 def _segment_sum_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
     data, ids = args
     out = node.outputs[0].aval
-    b, segments = node.attrs.get("batch_dims", 0), out.shape[node.attrs.get("batch_dims", 0)]
+    b = node.attrs.get("batch_dims", 0)
+    segments = out.shape[b]
     acc_dtype = dtypes.float32 if out.dtype == dtypes.float16 else out.dtype
     acc = ctx.new_temp(out.shape, acc_dtype, "segment_sum")
     strides = row_major_strides(out.shape)

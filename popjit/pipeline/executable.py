@@ -27,6 +27,7 @@ from popjit.errors import FailedPreconditionError, InternalError
 from popjit.ir.graph import Graph
 from popjit.ir.loop import Buffer, Program
 from popjit.kernels.jit import threading_layer
+from popjit.kernels.traps import DIV0, INV, OFLO
 from popjit.pipeline import interrupts
 from popjit.schedule import Schedule
 
@@ -153,7 +154,7 @@ class Executable:
 def trap_error(program: str, source: EngineSource, status: int) -> InternalError:
     """TensorFlow's error when a floating-point trap stops an IPU program: Poplar's
     ``application_runtime_error`` as Graphcore's TensorFlow reports it (an ``InternalError``)."""
-    mask, index = status & 7, status >> 8
+    mask, index = status & (INV | DIV0 | OFLO), status >> 8
     where = source.compute_sets[index] if 0 <= index < len(source.compute_sets) else "?"
     kinds = " and ".join(trap_names(mask))
     options = ", ".join(f"floating_point_behaviour.{o}" for o in ("inv", "div0", "oflo")
