@@ -9,9 +9,11 @@ to Numba's ``np.dot``.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import os
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -30,8 +32,11 @@ def _numpy_openblas() -> ctypes.CDLL | None:
     return None
 
 
+_LIB = _numpy_openblas()
+
+
 def _bind() -> tuple[object, object, object] | None:
-    lib = _numpy_openblas()
+    lib = _LIB
     if lib is None or not hasattr(lib, "scipy_cblas_sgemm64_") or not hasattr(lib, "openblas_set_num_threads_local"):
         return None
     import llvmlite.binding as llvm
@@ -60,6 +65,24 @@ HAVE_CBLAS = _bound is not None
 cblas_sgemm, cblas_dgemm, set_threads_local = _bound if _bound else (None, None, None)
 """``set_threads_local(n)``: the calling thread's BLAS thread count until changed; returns the
 previous one (OpenBLAS's ``openblas_set_num_threads_local``)."""
+
+
+
+@contextlib.contextmanager
+def blas_threads(count: int) -> Iterator[None]:
+    """Run the block with the calling thread's OpenBLAS thread count set to ``count`` and restored
+    after. why: popjit's matmuls use the cores the process has, whatever ``OPENBLAS_NUM_THREADS`` the
+    user's environment holds for other programs; the thread-local count leaves the user's own NumPy
+    calls on other threads, and on this one after the block, as they were."""
+    if _LIB is None or not hasattr(_LIB, "openblas_set_num_threads_local"):
+        yield
+        return
+    previous = _LIB.openblas_set_num_threads_local(count)
+    try:
+        yield
+    finally:
+        _LIB.openblas_set_num_threads_local(previous)
+
 
 #: Below this many multiply-adds a gemm runs on the calling thread alone. why: OpenBLAS splits
 #: gemms from about 2^18 multiply-adds, and on small ones (a recurrent layer's [32,128]@[128,512]

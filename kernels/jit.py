@@ -36,6 +36,8 @@ import popjit
 from popjit import config
 from popjit.flags import poplar_flags
 
+from .threads import threads_to_use
+
 # why: no ``arcp``. It lets LLVM turn ``x / y`` into ``x * (1 / y)`` (not correctly rounded:
 # ``floordiv`` by a broadcast scalar came out off by one), ``1 / sqrt(x)`` into the rsqrt estimate
 # (NaN at 0 and inf), and a float16 quotient into a half-precision reciprocal that overflows.
@@ -62,6 +64,18 @@ def threading_layer() -> str:
         chosen = "workqueue"
         numba_config.THREADING_LAYER = chosen
     return chosen
+
+
+def size_thread_pool() -> None:
+    """Give Numba's thread pool :func:`~popjit.kernels.threads.threads_to_use` threads, unless
+    ``NUMBA_NUM_THREADS`` is set or the pool already runs. why: Numba sizes it by the machine's
+    cores, and starts it when it compiles (not only runs) the first parallel function, so this
+    happens when popjit's kernels are imported."""
+    if "NUMBA_NUM_THREADS" not in os.environ and not parallel._is_initialized:
+        numba_config.NUMBA_NUM_THREADS = parallel.NUM_THREADS = threads_to_use()  # the pool launches with the latter
+
+
+size_thread_pool()
 
 
 def start_parallel_runtime() -> None:

@@ -49,6 +49,9 @@ SETTINGS: dict[str, Setting] = {
         Setting("PARALLEL_MIN_ELEMENTS", int, 1 << 18,
                 "element-wise codelets at least this large run on all threads"),
         Setting("SEED", int, None, "popjit run: tf.random.set_seed(N) before the program starts"),
+        Setting("NUM_THREADS", int, None,
+                "threads of parallel codelets and matmuls (default: the cores this process may use, from its CPU "
+                "affinity and cgroup quota)"),
         Setting("EXECUTABLE_CACHE_SIZE", int, 128,
                 "compiled programs kept in memory, most recently used first (more are compiled again when needed)"),
     ]

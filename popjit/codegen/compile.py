@@ -15,20 +15,30 @@ lock, so threads compiling the same program never see one half-initialised.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import linecache
 import os
 import sys
 import tempfile
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numba
+import numpy as np
+
 from popjit import config
-from popjit.codegen.engine import EngineSource
+from popjit.codegen.engine import Callee, EngineSource
+from popjit.codegen.native import native_engine
 from popjit.codegen.render import HEADER, PARALLEL, SERIAL, Rendered
+from popjit.errors import InternalError
+from popjit.kernels.blas import blas_threads
 from popjit.kernels.jit import cache_root, fingerprint, start_parallel_runtime, usable_dir, warn_once
+from popjit.kernels.threads import threads_to_use
 
 PACKAGE = "popjit_gen"
 
@@ -117,8 +127,9 @@ def _load(name: str, source: str) -> ModuleType:
 def _decorate(source: str) -> str:
     """Fill the renderer's decorator placeholders (none when Numba is disabled)."""
     plain = config.get("DISABLE_NUMBA")
-    source = source.replace(PARALLEL + "\n", "" if plain else "@codelet(parallel=True)\n")
-    return source.replace(SERIAL + "\n", "" if plain else "@codelet\n")
+    # why: engines call codelets through their C entry points, never from Python
+    source = source.replace(PARALLEL + "\n", "" if plain else "@codelet(parallel=True, no_cpython_wrapper=True)\n")
+    return source.replace(SERIAL + "\n", "" if plain else "@codelet(no_cpython_wrapper=True)\n")
 
 
 def codelet_module_source(r: Rendered) -> str:
@@ -134,28 +145,82 @@ def _codelet_suffix() -> str:
     return "_py" if config.get("DISABLE_NUMBA") else ""
 
 
-def _engine_suffix(src: EngineSource) -> str:
-    """Module-name suffix: ``_py`` without Numba, ``_host`` for an engine run from Python."""
-    return "_py" if config.get("DISABLE_NUMBA") else ("" if src.native else "_host")
+
 
 
 def engine_module_source(src: EngineSource) -> str:
-    imports = [f"from {PACKAGE}.{name}{_codelet_suffix()} import {name}" for name in sorted(src.codelets)]
-    for module in sorted(set(src.library.values())):
-        names = sorted(n for n, m in src.library.items() if m == module)
-        imports.append(f"from {module} import {', '.join(names)}")
-    source = SERIAL + "\n" + src.source if src.native else src.source
-    return "import numpy as np\nfrom popjit.kernels.jit import codelet\n" + "\n".join(imports) + \
-        f"\n\n\n{_decorate(source)}"
+    """The module of an engine run as Python (``POPJIT_DISABLE_NUMBA``)."""
+    return f"def call(fn, args):\n    return fn(*args)\n\n\n{src.source}"
 
 
-def load_engine(src: EngineSource) -> Any:
-    """The engine function for ``src`` (codelet modules are written first, so imports resolve)."""
-    for r in src.codelets.values():
-        load_codelet(r)
-    if not config.get("DISABLE_NUMBA"):
+class Engine:
+    """A program's engine, linked to its callees for each kind of buffers it runs on: compiled
+    (:mod:`popjit.codegen.native`) with ``K`` holding the callees' entry points, or run as Python
+    with ``K`` holding the functions."""
+
+    def __init__(self, src: EngineSource) -> None:
+        self.src = src
+        self._linked: dict[tuple, tuple[Any, Any]] = {}
+
+    def __call__(self, buffers: Sequence[np.ndarray], ints: np.ndarray, floats: np.ndarray, stop: np.ndarray,
+                 state: Sequence[np.ndarray] = ()) -> int:
+        key = tuple((b.dtype.num, b.flags.writeable) for b in buffers)
+        linked = self._linked.get(key)
+        if linked is None:
+            linked = self._linked[key] = self._link(buffers)
+        function, callees = linked
+        with blas_threads(threads_to_use()):
+            return function(*buffers, ints, floats, stop, *state, callees)
+
+    def _link(self, buffers: Sequence[np.ndarray]) -> tuple[Any, Any]:
+        functions = callee_functions(self.src)
+        if config.get("DISABLE_NUMBA"):
+            module = _load(self.src.name + "_py", engine_module_source(self.src))
+            return getattr(module, self.src.name), tuple(functions)
         start_parallel_runtime()
-    return getattr(_load(src.name + _engine_suffix(src), engine_module_source(src)), src.name)
+        types = [tuple(_argument_type(kind, buffers) for kind in c.kinds) for c in self.src.callees]
+        entries = [_entry_point(fn, c, t) for fn, c, t in zip(functions, self.src.callees, types)]
+        return native_engine(self.src, types), np.array(entries, dtype=np.int64)
+
+
+#: Engines kept (least recently used dropped first); executables hold theirs regardless.
+ENGINES_KEPT = 256
+_ENGINES: OrderedDict[str, Engine] = OrderedDict()
+
+
+def load_engine(src: EngineSource) -> Engine:
+    """The engine for ``src``: one object per engine text and set of callees."""
+    key = f"{src.name}{_codelet_suffix()}:" + ",".join(c.name for c in src.callees)
+    with _LOAD_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None:
+            engine = _ENGINES[key] = Engine(src)
+            if len(_ENGINES) > ENGINES_KEPT:
+                _ENGINES.popitem(last=False)
+        _ENGINES.move_to_end(key)
+        return engine
+
+
+def callee_functions(src: EngineSource) -> list[Any]:
+    """The functions behind ``K``, in order: generated codelets and library functions."""
+    return [load_codelet(src.codelets[c.name]) if c.name in src.codelets
+            else getattr(importlib.import_module(src.library[c.name]), c.name) for c in src.callees]
+
+
+def _argument_type(kind: str, buffers: Sequence[np.ndarray]) -> Any:
+    if kind.startswith("B"):
+        return numba.typeof(buffers[int(kind[1:])])
+    return {"int": numba.types.int64, "float": numba.types.float64, "bool": numba.types.boolean}[kind]
+
+
+def _entry_point(fn: Any, callee: Callee, argtypes: tuple) -> int:
+    """The address of ``fn``'s C entry point (Numba's cfunc wrapper) for ``argtypes``."""
+    fn.compile(argtypes)
+    compiled = fn.overloads[argtypes]
+    returns = numba.types.unliteral(compiled.signature.return_type)
+    if returns != numba.types.int64:  # the engine calls it as returning int64: anything else is a bug
+        raise InternalError(f"popjit: {callee.name} returns {returns}, not int64")
+    return compiled.library.get_pointer_to_function(compiled.fndesc.llvm_cfunc_wrapper_name)
 
 
 def compiled_signatures(fn: Any) -> int:

@@ -1,15 +1,21 @@
-"""Loop-IR program → one engine function (Numba source) that runs the whole program natively.
+"""Loop-IR program → one engine that runs the whole program natively.
 
-    def engine(B0, B1, B2, B3, P, F, S):   # argument, variable, constant, result, temporary buffers
-        for _ in range(P[1]):               # Repeat: a native loop
-            if S[0]:                        # Ctrl-C: stop at an iteration boundary
+    def engine(B0, B1, B2, B3, P, F, S, K):  # argument, variable, constant, result, temporary buffers
+        for _ in range(P[1]):                 # Repeat: a native loop
+            if S[0]:                          # Ctrl-C: stop at an iteration boundary
                 return 1
-            k_3f2a(B3, B0, P[2], F[0])      # a codelet call per compute set
-            B1[:] = B3                      # Copy
+            call(K[0], (B3, B0, P[2], F[0]))  # a codelet call per compute set
+            call(K[1], (B1, B3))            # Copy
         return 0
 
 Like codelets, the engine's text depends only on the program's structure: every size, count
 and constant is read from the ``P`` (int64) and ``F`` (float64) arrays, filled per program.
+
+The engine calls its codelets and library functions by address (:mod:`popjit.kernels.link`):
+``K`` holds one entry point per :class:`Callee`. why: a Numba function calling another by name
+links the callee's code into its own and optimises it all again, so a program's engine cost as
+much to compile as all of its codelets together (3.8 of W1's 8.5 s); called by address, the
+engine compiles alone and stays cacheable on disk.
 ``S`` is the interrupt flag (:mod:`popjit.pipeline.interrupts`), polled at the start of every loop
 iteration; the engine returns 1 when it stopped there, 0 when it ran to the end.
 
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +39,26 @@ from popjit.codegen.render import Rendered, render_kernel
 from popjit.dtypes import DType
 from popjit.ir.loop import Buffer, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, StmtVisitor, While
 from popjit.loop.passes import scatters
+
+
+@dataclass(frozen=True)
+class Callee:
+    """One function the engine calls through ``K``: a codelet or library function by name, and what
+    each argument is: ``"B3"`` (engine buffer 3), ``"int"``, ``"float"`` or ``"bool"``."""
+
+    name: str
+    kinds: tuple[str, ...]
+
+
+def argument_kind(expr: str) -> str:
+    """What an engine call's argument expression is (see :class:`Callee`)."""
+    if expr in ("True", "False"):
+        return "bool"
+    if expr.startswith("F["):
+        return "float"
+    if expr.startswith("B"):
+        return expr
+    return "int"  # P[i], R[i], integer literals
 
 
 @dataclass
@@ -45,9 +72,10 @@ class EngineSource:
     ints: np.ndarray
     floats: np.ndarray
     library: dict[str, str] = field(default_factory=dict)  # hand-written codelets used: name -> module
-    native: bool = True  # compiled; False: one codelet call, run from Python (see `needs_native`)
     numerics: Numerics = DEFAULT
     compute_sets: list[str] = field(default_factory=list)  # a trap's compute set number -> its name
+    callees: list[Callee] = field(default_factory=list)  # what K[i] calls
+    body: list[Any] = field(default_factory=list)  # the statement tree (Invoke, Loop, WhileLoop, Branch)
 
     @property
     def rounding_state(self) -> bool:
@@ -74,8 +102,49 @@ def matmul_codelet(dtype: DType) -> str:
     return "matmul_int"
 
 
+@dataclass
+class Invoke:
+    """A call through ``K[slot]`` with argument expressions (``B3``, ``P[2]``, ``F[0]``, ``R[1]``, ``True``,
+    ``0``); ``trap``: the compute set whose nonzero result stops the engine; ``rounds``: it advances
+    the rounding call number ``R[2]``."""
+
+    slot: int
+    args: tuple[str, ...]
+    comment: str
+    trap: int | None = None
+    rounds: bool = False
+
+
+@dataclass
+class Loop:
+    """``Repeat``: ``count`` (a ``P[i]``) iterations, polling the interrupt flag at each."""
+
+    count: str
+    body: list[Any]
+
+
+@dataclass
+class WhileLoop:
+    """``While``: run ``cond``, stop when buffer ``pred`` holds 0 (or after ``limit`` iterations), else
+    poll the interrupt flag and run ``body``."""
+
+    cond: list[Any]
+    pred: str
+    limit: str | None
+    body: list[Any]
+
+
+@dataclass
+class Branch:
+    """``If``: ``then`` when buffer ``pred`` holds nonzero, else ``orelse``."""
+
+    pred: str
+    then: list[Any]
+    orelse: list[Any]
+
+
 class _Emitter(StmtVisitor):
-    """Writes the engine's lines: a codelet call per kernel, library calls, native control flow."""
+    """Builds the engine's statement tree: a call per kernel, library calls, control flow."""
 
     def __init__(self, program: Program, numerics: Numerics = DEFAULT) -> None:
         self.program = program
@@ -86,16 +155,14 @@ class _Emitter(StmtVisitor):
         self.codelets: dict[str, Rendered] = {}
         self.library: dict[str, str] = {}
         self.names: dict[int, str] = {}
-        # why: temporaries come from the host too; `np.empty` inside the engine would make Numba compile
-        # its error-message path (string formatting), over a second of every cold compile.
+        self.callees: dict[Callee, int] = {}
+        # why: temporaries come from the host too, so the engine never allocates
         args = [*program.args, *program.variables, *program.consts, *program.outs, *program.stream_in,
                 *program.stream_out, *program.temps]
         for k, b in enumerate(args):
             self.names[b.uid] = f"B{k}"
         self.arguments = args
-        self.loop_depth = 0
-        self.lines: list[str] = []
-        self.depth = 1
+        self.body: list[Any] = []
 
     def int(self, v: int) -> str:
         self.ints.append(int(v))
@@ -108,29 +175,22 @@ class _Emitter(StmtVisitor):
     def buf(self, b: Buffer) -> str:
         return self.names[b.uid]
 
-    def emit(self, line: str) -> None:
-        self.lines.append("    " * self.depth + line)
-
-    def nested(self, stmts: list[Stmt]) -> None:
-        """``stmts`` one level deeper (``pass`` for an empty block)."""
-        self.depth += 1
-        before = len(self.lines)
+    def nested(self, stmts: list[Stmt]) -> list[Any]:
+        """The statement tree of ``stmts``."""
+        outer, self.body = self.body, []
         self.block(stmts)
-        if len(self.lines) == before:
-            self.emit("pass")
-        self.depth -= 1
+        inner, self.body = self.body, outer
+        return inner
 
-    def call(self, call: str, name: str, traps: bool, rounds: bool) -> None:
-        """Emit a compute set's call: with ``traps`` its mask stops the engine, with ``rounds`` it
-        advances the rounding call number."""
-        if not traps:
-            self.emit(f"{call}  # {name}")
-        else:
-            self.emit(f"_t = {call}  # {name}")
-            self.emit(f"if _t: return {TRAPPED} | _t | ({len(self.compute_sets)} << 8)")
-            self.compute_sets.append(name)
-        if rounds:
-            self.emit("R[2] += 1")
+    def invoke(self, fn: str, args: list[str], comment: str, traps: bool = False, rounds: bool = False) -> None:
+        """Call ``fn(*args)`` through its slot in ``K``: with ``traps`` its result stops the engine, with
+        ``rounds`` it advances the rounding call number."""
+        slot = self.callees.setdefault(Callee(fn, tuple(map(argument_kind, args))), len(self.callees))
+        trap = None
+        if traps:
+            trap = len(self.compute_sets)
+            self.compute_sets.append(comment)
+        self.body.append(Invoke(slot, tuple(args), comment, trap, rounds))
 
     def visit_kernel(self, s: Kernel) -> None:
         parallel = (s.size >= config.get("PARALLEL_MIN_ELEMENTS") and not config.get("DISABLE_NUMBA")
@@ -140,7 +200,7 @@ class _Emitter(StmtVisitor):
         args = [self.buf(b) for b in r.buffers] + [self.int(v) for v in r.ints] + [self.float(v) for v in r.floats]
         if r.rounding_state:
             args += ["R[0]", "R[1]", "R[2]"]
-        self.call(f"{r.func}({', '.join(args)})", s.name, r.traps, r.rounding_state)
+        self.invoke(r.func, args, s.name, r.traps, r.rounding_state)
 
     def visit_matmul(self, s: MatMul) -> None:
         fn = matmul_codelet(s.out.dtype)
@@ -156,53 +216,81 @@ class _Emitter(StmtVisitor):
         self.library[fn] = "popjit.kernels.matmul"
         traps = bool(n.inv or n.oflo) and s.out.dtype.is_floating
         if not traps:
-            self.call(f"{fn}({', '.join(args)})", s.name, False, half and n.sr)
+            self.invoke(fn, args, s.name, rounds=half and n.sr)
             return
         check = "product_traps_half" if half else "product_traps_float"
         self.library[check] = "popjit.kernels.rounding"
-        self.emit(f"{fn}({', '.join(args)})  # {s.name}")
-        self.call(f"{check}({self.buf(s.out)}, {self.buf(s.a)}, {self.buf(s.b)}, {n.inv}, {n.oflo})", s.name, True,
-                  half and n.sr)
+        self.invoke(fn, args, s.name)
+        self.invoke(check, [self.buf(s.out), self.buf(s.a), self.buf(s.b), str(n.inv), str(n.oflo)], s.name, True,
+                    half and n.sr)
 
     def visit_copy(self, s: Copy) -> None:
         self.library["copy"] = "popjit.kernels.copy"
-        self.emit(f"copy({self.buf(s.dst)}, {self.buf(s.src)})")
+        self.invoke("copy", [self.buf(s.dst), self.buf(s.src)], "copy")
 
     def visit_repeat(self, s: Repeat) -> None:
-        self.loop_depth += 1
-        self.emit(f"for _r{self.loop_depth} in range({self.int(s.count)}):")
-        self.emit(f"    {STOP_CHECK}")
-        self.nested(s.body)
-        self.loop_depth -= 1
+        self.body.append(Loop(self.int(s.count), self.nested(s.body)))
 
     def visit_while(self, s: While) -> None:
-        self.loop_depth += 1
-        n = f"_n{self.loop_depth}"
-        self.emit(f"{n} = 0")
-        self.emit("while True:")
-        self.nested(s.cond)
-        self.emit(f"    if not {self.buf(s.pred)}[0]:")
-        self.emit("        break")
-        if s.max_iterations is not None:
-            self.emit(f"    if {n} >= {self.int(s.max_iterations)}:")
-            self.emit("        break")
-        self.emit(f"    {STOP_CHECK}")
-        self.nested(s.body)
-        self.emit(f"    {n} += 1")
-        self.loop_depth -= 1
+        limit = None if s.max_iterations is None else self.int(s.max_iterations)
+        self.body.append(WhileLoop(self.nested(s.cond), self.buf(s.pred), limit, self.nested(s.body)))
 
     def visit_if(self, s: If) -> None:
-        self.emit(f"if {self.buf(s.pred)}[0]:")
-        self.nested(s.then)
-        self.emit("else:")
-        self.nested(s.orelse)
+        self.body.append(Branch(self.buf(s.pred), self.nested(s.then), self.nested(s.orelse)))
 
 
-def needs_native(program: Program) -> bool:
-    """Whether the engine must be compiled. A program that is one codelet call gains nothing from a
-    compiled engine around it (the call is the whole run), and compiling one would double the
-    compiles of every eager op on the IPU; anything with loops, branches or several steps is native."""
-    return not (len(program.body) == 1 and isinstance(program.body[0], (Kernel, MatMul)))
+class _PythonText:
+    """Prints an engine's statement tree as a Python function (run by Numba or as plain Python)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.loops = 0
+
+    def emit(self, depth: int, line: str) -> None:
+        self.lines.append("    " * depth + line)
+
+    def block(self, nodes: list[Any], depth: int) -> None:
+        if not nodes:
+            self.emit(depth, "pass")
+        for node in nodes:
+            getattr(self, type(node).__name__.lower())(node, depth)
+
+    def invoke(self, node: Invoke, depth: int) -> None:
+        call = f"call(K[{node.slot}], ({', '.join(node.args)},))"
+        if node.trap is None:
+            self.emit(depth, f"{call}  # {node.comment}")
+        else:
+            self.emit(depth, f"_t = {call}  # {node.comment}")
+            self.emit(depth, f"if _t: return {TRAPPED} | _t | ({node.trap} << 8)")
+        if node.rounds:
+            self.emit(depth, "R[2] += 1")
+
+    def loop(self, node: Loop, depth: int) -> None:
+        self.loops += 1
+        self.emit(depth, f"for _r{self.loops} in range({node.count}):")
+        self.emit(depth + 1, STOP_CHECK)
+        self.block(node.body, depth + 1)
+
+    def whileloop(self, node: WhileLoop, depth: int) -> None:
+        self.loops += 1
+        n = f"_n{self.loops}"
+        self.emit(depth, f"{n} = 0")
+        self.emit(depth, "while True:")
+        self.block(node.cond, depth + 1)
+        self.emit(depth + 1, f"if not {node.pred}[0]:")
+        self.emit(depth + 2, "break")
+        if node.limit is not None:
+            self.emit(depth + 1, f"if {n} >= {node.limit}:")
+            self.emit(depth + 2, "break")
+        self.emit(depth + 1, STOP_CHECK)
+        self.block(node.body, depth + 1)
+        self.emit(depth + 1, f"{n} += 1")
+
+    def branch(self, node: Branch, depth: int) -> None:
+        self.emit(depth, f"if {node.pred}[0]:")
+        self.block(node.then, depth + 1)
+        self.emit(depth, "else:")
+        self.block(node.orelse, depth + 1)
 
 
 def render_engine(program: Program, numerics: Numerics = DEFAULT) -> EngineSource:
@@ -210,11 +298,12 @@ def render_engine(program: Program, numerics: Numerics = DEFAULT) -> EngineSourc
     program's floating-point behaviour)."""
     em = _Emitter(program, numerics)
     em.block(program.body)
-    body = em.lines or ["    pass"]
-    params = ", ".join([*(em.buf(b) for b in em.arguments), "P", "F", "S", *(["R"] if numerics.sr else [])])
-    text = "\n".join([f"def engine({params}):", *body, "    return 0", ""])
-    name = "e_" + hashlib.sha256(text.encode()).hexdigest()[:20]
-    text = text.replace("def engine(", f"def {name}(", 1)
-    return EngineSource(text, name, em.codelets, em.arguments, np.array(em.ints, dtype=np.int64),
-                        np.array(em.floats, dtype=np.float64), em.library, needs_native(program), numerics,
-                        em.compute_sets)
+    text = _PythonText()
+    text.block(em.body, 1)
+    params = ", ".join([*(em.buf(b) for b in em.arguments), "P", "F", "S", *(["R"] if numerics.sr else []), "K"])
+    source = "\n".join([f"def engine({params}):", *text.lines, "    return 0", ""])
+    name = "e_" + hashlib.sha256(source.encode()).hexdigest()[:20]
+    source = source.replace("def engine(", f"def {name}(", 1)
+    return EngineSource(source, name, em.codelets, em.arguments, np.array(em.ints, dtype=np.int64),
+                        np.array(em.floats, dtype=np.float64), em.library, numerics,
+                        em.compute_sets, list(em.callees), em.body)

@@ -104,7 +104,7 @@ class Executable:
         state = self._rounding_state(rounding)
         saved = self._saved_state(variables, state)
         with _engine_guard(), interrupts.watching() as stop:
-            stopped = self.engine(*buffers, self.engine_source.ints, self.engine_source.floats, stop, *state)
+            stopped = self.engine(buffers, self.engine_source.ints, self.engine_source.floats, stop, state)
         if stopped & TRAPPED:
             for buf, before in saved:
                 buf[...] = before
@@ -145,7 +145,8 @@ class Executable:
                     "with jit_compile=True to compile it for the IPU.")
             return self.schedule.as_text()
         if stage == "engine":
-            return self.engine_source.source
+            legend = [f"# K[{i}]: {c.name}" for i, c in enumerate(self.engine_source.callees)]
+            return "\n".join([self.engine_source.source.rstrip("\n"), *legend, ""])
         if stage == "codelets":
             return "\n".join(r.source for r in self.engine_source.codelets.values())
         raise ValueError(f"unknown stage {stage!r}; use graph, loop, schedule, engine or codelets")

@@ -1,10 +1,11 @@
-"""An engine compiled while its parallel codelets come from the cache must run when it is itself
-loaded from the cache in a later process.
+"""Parallel codelets loaded from the cache by a later process must run.
 
 Numba records the parallel runtime's start-up with a function's cached machine code only when it
-compiled the parallel callee in the same process (Numba issue 8578), so such an engine, loaded in
-a process that has not started the runtime, jumped into uninitialised thread pools and crashed
-(SIGSEGV). popjit starts the runtime before it loads an engine. Real directories, fresh processes.
+compiled the parallel callee in the same process (Numba issue 8578). Engines once were Numba
+functions cached beside their codelets, and one loaded in a process that had not started the
+runtime jumped into uninitialised thread pools and crashed (SIGSEGV). Engines are now built in each
+process and call codelets by address; popjit starts the runtime before it links one. Real
+directories, fresh processes.
 """
 
 from __future__ import annotations
@@ -47,22 +48,19 @@ def run(cache: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, env=env, timeout=600)
 
 
-def engine_machine_code(cache: Path) -> list[Path]:
-    return [p for p in cache.glob("gen-*/numba/popjit_gen_*/e_*") if p.suffix in (".nbi", ".nbc")]
+def parallel_machine_code(cache: Path) -> list[Path]:
+    """The cached machine code of the parallel codelets in ``cache``."""
+    parallel = {p.stem for p in cache.glob("gen-*/popjit_gen/k_*.py") if "parallel=True" in p.read_text()}
+    return [p for p in cache.glob("gen-*/numba/popjit_gen_*/k_*.nbc") if p.name.split(".")[0] in parallel]
 
 
-def test__engine_compiled_over_cached_parallel_codelets__runs_from_the_cache(tmp_path: Path) -> None:
+def test__parallel_codelets_from_the_cache__run_in_a_new_process(tmp_path: Path) -> None:
     first = run(tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert any("parallel=True" in p.read_text() for p in tmp_path.glob("gen-*/popjit_gen/k_*.py")), \
-        "the program has no parallel codelet: the test would prove nothing"
-    engines = engine_machine_code(tmp_path)
-    assert engines
-    for path in engines:  # the next process compiles the engine again, over the cached codelets
-        path.unlink()
-    second = run(tmp_path)
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert engine_machine_code(tmp_path)
-    third = run(tmp_path)  # loads that engine from the cache
-    assert third.returncode == 0, f"exit {third.returncode}: {third.stderr[-3000:]}"
-    assert third.stdout == second.stdout == first.stdout
+    cached = parallel_machine_code(tmp_path)
+    assert cached, "no parallel codelet was cached: the test would prove nothing"
+    stamps = {p: p.stat().st_mtime_ns for p in cached}
+    second = run(tmp_path)  # its engine calls parallel codelets loaded from the cache
+    assert second.returncode == 0, f"exit {second.returncode}: {second.stderr[-3000:]}"
+    assert second.stdout == first.stdout
+    assert {p: p.stat().st_mtime_ns for p in cached} == stamps, "the codelets were compiled again, not loaded"

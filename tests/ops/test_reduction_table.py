@@ -51,7 +51,7 @@ def test__a_new_row__is_interpreted_compiled_and_scheduled(rows, cols, rnd):
     (codelet,) = src.codelets.values()
     assert " | v0" in codelet.source, "the row's combine step is the codelet's"
     out = np.zeros(rows, np.int32)
-    load_engine(src)(x.reshape(-1), out, src.ints, src.floats, np.zeros(1, np.int64))
+    load_engine(src)([x.reshape(-1), out], src.ints, src.floats, np.zeros(1, np.int64))
     np.testing.assert_array_equal(out, want)
 
     sched = schedule_program(program, make_target("ipu2", 4))

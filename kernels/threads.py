@@ -1,0 +1,55 @@
+"""How many threads popjit's parallel codelets and matmuls use: the cores this process may run on.
+
+A machine's core count is not what a process gets: a CPU affinity mask (``taskset``, a batch
+scheduler) or a container's cgroup CPU quota gives it fewer, and threads beyond those only take
+turns. popjit sizes Numba's thread pool and OpenBLAS's threads to :func:`threads_to_use`, once per
+process, before the first parallel code runs; ``POPJIT_NUM_THREADS`` sets it explicitly. The user's
+``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` (often set to 1 for other programs) do not apply.
+Numba-free, so reading it compiles nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from pathlib import Path
+
+from popjit import config
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def cgroup_cpu_limit(root: Path = CGROUP_ROOT) -> float | None:
+    """The CPU quota of this process's cgroup in cores (``cpu.max`` of cgroup v2, or v1's
+    ``cpu.cfs_quota_us``/``cpu.cfs_period_us``), or None when there is none."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return quota_us / period_us if quota_us > 0 and period_us > 0 else None
+
+
+@functools.lru_cache(maxsize=1)
+def available_cores() -> int:
+    """The cores this process may use: its CPU affinity, capped by its cgroup's CPU quota (read once)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # why: not on Linux
+        cores = os.cpu_count() or 1
+    limit = cgroup_cpu_limit()
+    if limit is not None:
+        cores = min(cores, max(1, math.ceil(limit)))
+    return max(1, cores)
+
+
+def threads_to_use() -> int:
+    """``POPJIT_NUM_THREADS`` if set, else :func:`available_cores`."""
+    chosen = config.get("NUM_THREADS")
+    return available_cores() if chosen is None else max(1, chosen)
