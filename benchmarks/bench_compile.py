@@ -1,6 +1,6 @@
-"""asv benchmark (c): first-call compile time in fresh processes, cold and warm cache (and (d)'s W1 training loop).
+"""asv benchmark (c): first-call compile time in fresh processes, fresh, cold and warm (and W1 training loop).
 
-``setup_cache`` runs every framework and workload once (cold, then warm, see
+``setup_cache`` runs every framework and workload once (fresh, cold, then warm, see
 :mod:`benchmarks.firstcall`); the ``track_*`` methods report its numbers in seconds.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks import workloads
-from benchmarks.firstcall import cold_and_warm
+from benchmarks.firstcall import first_calls
 
 COMPILERS = ["popjit", "tensorflow", "jax"]
 WORKLOADS = ["chain", "matmul", "train", "keras"]  # train: W1; keras: K1 (popjit and TensorFlow only)
@@ -29,8 +29,7 @@ class FirstCall:
         for fw in COMPILERS:
             if workloads.available(fw):
                 for wl in (w for w in WORKLOADS if fw in workloads.IMPLS[w]):
-                    cold, warm = cold_and_warm(fw, wl)
-                    results[(fw, wl)] = {"cold": cold, "warm": warm}
+                    results[(fw, wl)] = first_calls(fw, wl)
         return results
 
     def setup(self, results: Results, framework: str, workload: str) -> None:
@@ -43,6 +42,9 @@ class FirstCall:
     def track_cold_compile(self, results: Results, framework: str, workload: str) -> float:
         return results[(framework, workload)]["cold"]["compile_s"]
 
+    def track_fresh_compile(self, results: Results, framework: str, workload: str) -> float:
+        return results[(framework, workload)]["fresh"]["compile_s"]
+
     def track_warm_compile(self, results: Results, framework: str, workload: str) -> float:
         return results[(framework, workload)]["warm"]["compile_s"]
 
@@ -50,5 +52,6 @@ class FirstCall:
         return results[(framework, workload)]["cold"]["first_call_s"]
 
     track_cold_compile.unit = "seconds"
+    track_fresh_compile.unit = "seconds"
     track_warm_compile.unit = "seconds"
     track_cold_first_call.unit = "seconds"

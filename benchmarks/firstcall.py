@@ -1,8 +1,10 @@
 """(c) First-call (compile) time, measured in fresh processes (also (d)'s, for the W1 training loop).
 
-The parent (:func:`cold_and_warm`) starts a child Python for one framework and workload twice
-with the same new temporary cache directory: *cold* (empty) and *warm* (filled by the cold run).
-Each framework's persistent cache is pointed there:
+The parent (:func:`first_calls`) starts a child Python for one framework and workload with one new
+temporary cache directory: *fresh* (empty, as on a new machine), *cold* (popjit: its kernel library,
+compiled once per machine, cached and the program's own code not, as for a new program; the other
+frameworks have no such library and their cold is their fresh run) and *warm* (everything cached,
+as when a script runs again). Each framework's persistent cache is pointed there:
 
     popjit       POPJIT_CACHE_DIR and NUMBA_CACHE_DIR (so no machine code from earlier runs is reused)
     tensorflow   TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=...
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,13 +76,31 @@ def first_call(framework: str, workload: str, cache_dir: Path, sizes: dict[str, 
     return json.loads(lines[-1])
 
 
-def cold_and_warm(framework: str, workload: str, sizes: dict[str, int] | None = None,
-                  timeout: float = 600.0) -> tuple[dict[str, Any], dict[str, Any]]:
-    """First-call results with an empty cache, then with the cache the first run filled."""
+def program_files(cache_dir: Path) -> list[Path]:
+    """popjit's cached files of generated code in ``cache_dir`` (its modules and their machine code),
+    leaving the kernel library's machine code, which is compiled once per machine."""
+    root = cache_dir / "popjit"
+    return [*root.glob("gen-*/popjit_gen"), *root.glob("gen-*/numba/popjit_gen*")]
+
+
+#: The first-call states measured: ``fresh`` (an empty cache: a new machine), ``cold`` (for popjit the
+#: kernel library cached, the program not: a new program; for the others the same as fresh) and
+#: ``warm`` (everything cached: the same program again).
+STATES = ("fresh", "cold", "warm")
+
+
+def first_calls(framework: str, workload: str, sizes: dict[str, int] | None = None,
+                timeout: float = 600.0) -> dict[str, dict[str, Any]]:
+    """First-call results in each of :data:`STATES`, in fresh processes sharing one cache directory."""
     with tempfile.TemporaryDirectory(prefix=f"popjit-bench-{framework}-") as d:
-        cold = first_call(framework, workload, Path(d), sizes, timeout)
+        fresh = first_call(framework, workload, Path(d), sizes, timeout)
+        cold = fresh
+        if framework == "popjit" and "error" not in fresh:
+            for path in program_files(Path(d)):
+                shutil.rmtree(path)
+            cold = first_call(framework, workload, Path(d), sizes, timeout)
         warm = first_call(framework, workload, Path(d), sizes, timeout)
-    return cold, warm
+    return {"fresh": fresh, "cold": cold, "warm": warm}
 
 
 # -- the child --------------------------------------------------------------------------------------

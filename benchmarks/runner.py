@@ -10,7 +10,8 @@ Throughput is best-of-N after warm-up, in this process, the frameworks of one wo
 round-robin (so a busy machine does not favour one of them), each framework's result checked
 against NumPy first (a wrong result is reported as WRONG, never as a speed; it, or a framework
 that fails, makes the exit status 1). Compile times are first call minus a steady call, in fresh
-processes with an empty (cold) and a filled (warm) persistent cache (:mod:`benchmarks.firstcall`);
+processes with an empty (fresh), a program-less (cold: popjit's kernel library only) and a filled
+(warm) persistent cache (:mod:`benchmarks.firstcall`);
 imports are excluded. The issue's targets are printed as ratios at the end; they are
 measurements, not assertions.
 """
@@ -25,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from benchmarks import keras_workloads, workloads
-from benchmarks.firstcall import COMPILERS, cold_and_warm
+from benchmarks.firstcall import COMPILERS, first_calls
 from benchmarks.timing import interleaved_best, machine_summary
 
 SECTIONS = ("chain", "matmul", "train", "keras", "compile")
@@ -91,7 +92,7 @@ def throughput_rows(problem: workloads.Problem, frameworks: Sequence[str], repea
 
 
 def compile_rows(workload: str, sizes: dict[str, int], frameworks: Iterable[str]) -> list[Row]:
-    """Cold and warm first-call compile times of ``workload`` in fresh processes."""
+    """Fresh, cold and warm first-call compile times of ``workload`` in fresh processes."""
     rows = []
     label = workloads.problem_label(workload, **sizes)
     for fw in workloads.frameworks_for(workload, frameworks):
@@ -101,7 +102,9 @@ def compile_rows(workload: str, sizes: dict[str, int], frameworks: Iterable[str]
         if not workloads.available(fw):
             rows.append(Row(f"compile: {label}", name, None, "s", status="skipped", note=f"{fw} is not installed"))
             continue
-        for state, result in zip(("cold", "warm"), cold_and_warm(fw, workload, sizes)):
+        for state, result in first_calls(fw, workload, sizes).items():
+            if state == "fresh" and fw != "popjit":
+                continue  # the same run as cold: only popjit has a kernel library to keep
             rows.append(_compile_row(f"compile: {label}", name, state, result))
     return rows
 

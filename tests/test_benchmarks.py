@@ -211,6 +211,11 @@ def test_first_call_child_process(tmp_path) -> None:
     assert result["first_call_s"] >= result["compile_s"] >= 0.0
     assert result["max_error"] < 1e-5
     assert any((tmp_path / "popjit").rglob("*.py")), "the child did not use the temporary POPJIT_CACHE_DIR"
+    program = firstcall.program_files(tmp_path)
+    assert any(p.rglob("k_*.py") for p in program) and any(p.rglob("*.nbi") for p in program)
+    kernels = [p for p in (tmp_path / "popjit").rglob("*.nbi") if not any(d in p.parents for d in program)]
+    assert kernels, "the kernel library's machine code is kept for the 'cold' run"
+    assert all("popjit_gen" not in str(p) for p in kernels)
 
 
 KERAS_SMALL = {"batch": 8, "steps": 4}
