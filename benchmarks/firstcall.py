@@ -77,10 +77,10 @@ def first_call(framework: str, workload: str, cache_dir: Path, sizes: dict[str, 
 
 
 def program_files(cache_dir: Path) -> list[Path]:
-    """popjit's cached files of generated code in ``cache_dir`` (its modules and their machine code),
+    """popjit's cached files of generated code in ``cache_dir`` (its modules and program libraries),
     leaving the kernel library's machine code, which is compiled once per machine."""
     root = cache_dir / "popjit"
-    return [*root.glob("gen-*/popjit_gen"), *root.glob("gen-*/numba/popjit_gen*")]
+    return [*root.glob("gen-*/popjit_gen"), *root.glob("gen-*/programs")]
 
 
 #: The first-call states measured: ``fresh`` (an empty cache: a new machine), ``cold`` (for popjit the

@@ -132,7 +132,7 @@ def cache_entries(root: Path) -> list[CacheEntry]:
     for d in sorted(root.glob("gen-*")):
         files = [f for f in d.rglob("*") if f.is_file()]
         modules = sum(f.suffix == ".py" and f.name != "__init__.py" for f in files)
-        compiled = sum(f.suffix == ".nbi" for f in files)
+        compiled = sum(f.suffix == ".lib" for f in files)
         entries.append(CacheEntry(d, d.name == current, modules, compiled, sum(f.stat().st_size for f in files)))
     return sorted(entries, key=lambda e: not e.current)
 
@@ -147,7 +147,7 @@ def cmd_cache_list(args: argparse.Namespace) -> int:
         return 0
     for e in entries:
         state = "current" if e.current else "stale (another popjit or Numba version)"
-        print(f"  {e.path.name}  {e.modules} generated modules, {e.compiled} with machine code, "
+        print(f"  {e.path.name}  {e.modules} generated modules, {e.compiled} compiled programs, "
               f"{format_bytes(e.size)}  {state}")
         if args.verbose:
             for f in sorted(e.path.rglob("*.py")):
@@ -223,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     # `run` is parsed by popjit.runner as python parses its command line (see main); this entry is for --help.
     r = sub.add_parser("run", help="run an unmodified IPU TensorFlow script: run script.py [args], "
-                                   "run -m module [args], run -c code [args]", add_help=False)
+                                   "run -m module [args], run -c code [args]; -v first logs the compile phases",
+                          add_help=False)
     r.add_argument("argv", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]")
     r.set_defaults(func=lambda args: cmd_run(args.argv))
     rp = sub.add_parser("report", help="summarise a profile directory (not implemented yet)")

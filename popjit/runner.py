@@ -24,19 +24,20 @@ from __future__ import annotations
 import functools
 import importlib.util
 import linecache
+import logging
 import os
 import runpy
 import sys
 import types
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.machinery import ModuleSpec
 from typing import Any
 
 from popjit import config
 from popjit.aliases import AliasFinder
 
-USAGE = "usage: popjit run [-h] (SCRIPT | -m MODULE | -c CODE) [ARGS ...]"
+USAGE = "usage: popjit run [-h] [-v] (SCRIPT | -m MODULE | -c CODE) [ARGS ...]"
 HELP = f"""{USAGE}
 
 Run a program written for Graphcore's IPU TensorFlow, unmodified, on popjit. Inside this process
@@ -45,6 +46,8 @@ tensorflow.python.keras, keras, ipu_tensorflow_addons) resolve to popjit's modul
 installed beside popjit is untouched. sys.argv, __name__ == "__main__", exit codes and tracebacks behave as with
 `python SCRIPT ARGS`.
 
+  -v, --verbose
+              log popjit's compile phases with their times (and its other INFO messages) to stderr
   SCRIPT      a Python file (or a directory or zip file with a __main__.py)
   -m MODULE   run a module as a script, as `python -m MODULE`
   -c CODE     run the program passed as a string, as `python -c CODE`
@@ -200,11 +203,13 @@ def install_excepthook() -> None:
 
 @dataclass(frozen=True)
 class Request:
-    """What to run: ``kind`` is "path", "module" or "code"; ``target`` the path, name or source."""
+    """What to run: ``kind`` is "path", "module" or "code"; ``target`` the path, name or source;
+    ``verbose``: log popjit's compile phases (``-v``)."""
 
     kind: str
     target: str
     args: tuple[str, ...] = ()
+    verbose: bool = False
 
 
 def _set_path0(entry: str | None) -> None:
@@ -276,12 +281,26 @@ class UsageError(Exception):
     """A bad ``popjit run`` command line."""
 
 
+VERBOSE = ("-v", "--verbose")
+
+
 def parse_args(argv: Sequence[str]) -> Request | None:
-    """``[SCRIPT | -m MODULE | -c CODE, ARGS...]`` → a :class:`Request`; None means ``--help``.
+    """``[-v] [SCRIPT | -m MODULE | -c CODE, ARGS...]`` → a :class:`Request`; None means ``--help``.
 
     Parsed as python parses its own command line: options only before the program, everything
     after it belongs to the program.
     """
+    argv = list(argv)
+    verbose = False
+    while argv and argv[0] in VERBOSE:
+        verbose = True
+        argv.pop(0)
+    request = _parse_program(argv)
+    return replace(request, verbose=True) if request is not None and verbose else request
+
+
+def _parse_program(argv: Sequence[str]) -> Request | None:
+    """The program to run and its arguments, after popjit's own options."""
     if not argv:
         raise UsageError("the following arguments are required: SCRIPT (or -m MODULE, or -c CODE)")
     head, rest = argv[0], list(argv[1:])
@@ -331,6 +350,16 @@ def seed_the_program() -> None:
         set_seed(config.SEED)
 
 
+def log_verbosely() -> None:
+    """``-v``: the ``popjit`` logger's INFO messages (compile phases with their times, retracing reasons)
+    go to stderr, each line stamped with the time."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s.%(msecs)03d popjit %(levelname)s: %(message)s", "%H:%M:%S"))
+    logger = logging.getLogger("popjit")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
 def main(argv: Sequence[str]) -> int:
     """``popjit run ARGV``: 0 when the program ends normally; its exceptions and exits propagate."""
     try:
@@ -345,6 +374,8 @@ def main(argv: Sequence[str]) -> int:
     if problem:
         print(f"popjit run: {problem}", file=sys.stderr)
         return USAGE_ERROR if problem.startswith("can't open") else 1
+    if request.verbose:
+        log_verbosely()
     seed_the_program()
     RUNNERS[request.kind](request.target, request.args)
     return 0

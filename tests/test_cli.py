@@ -129,7 +129,7 @@ def test_cache_list_then_clear(demo) -> None:
     listed = run(["cache", "list", "-v"], cache)
     assert listed.returncode == 0, listed.stderr
     assert str(cache) in listed.stdout
-    m = re.search(r"gen-\w+\s+(\d+) generated modules, (\d+) with machine code.*current", listed.stdout)
+    m = re.search(r"gen-\w+\s+(\d+) generated modules, (\d+) compiled programs.*current", listed.stdout)
     assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, listed.stdout
     assert "popjit_gen/" in listed.stdout
     (cache / "notes.txt").write_text("not popjit's")
@@ -149,7 +149,7 @@ def test_cache_clear_stale_keeps_the_current_generation(tmp_path: Path) -> None:
     (tmp_path / "gen-000000000000" / "popjit_gen").mkdir(parents=True)
     (tmp_path / "gen-000000000000" / "popjit_gen" / "k_old.py").write_text("x = 1\n")
     listed = run(["cache", "list"], tmp_path)
-    assert "gen-000000000000  1 generated modules, 0 with machine code" in listed.stdout
+    assert "gen-000000000000  1 generated modules, 0 compiled programs" in listed.stdout
     assert "stale" in listed.stdout
     r = run(["cache", "clear", "--stale"], tmp_path)
     assert r.returncode == 0 and "removed 1 cache generation" in r.stdout

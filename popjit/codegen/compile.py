@@ -21,7 +21,6 @@ import os
 import sys
 import tempfile
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,10 +31,11 @@ import numba
 import numpy as np
 
 from popjit import config
-from popjit.codegen.engine import Callee, EngineSource
-from popjit.codegen.native import native_engine
+from popjit.codegen.engine import EngineSource
+from popjit.codegen.library import program_library
+from popjit.codegen.native import NativeEngine, engine_module
+from popjit.codegen.phases import CompileProgress, Phases, codelets_note
 from popjit.codegen.render import HEADER, PARALLEL, SERIAL, Rendered
-from popjit.errors import InternalError
 from popjit.kernels.blas import blas_threads
 from popjit.kernels.jit import cache_root, fingerprint, start_parallel_runtime, usable_dir, warn_once
 from popjit.kernels.threads import threads_to_use
@@ -160,27 +160,32 @@ class Engine:
 
     def __init__(self, src: EngineSource) -> None:
         self.src = src
-        self._linked: dict[tuple, tuple[Any, Any]] = {}
+        self._linked: dict[tuple, tuple[Any, Any, Any]] = {}  # engine, K, what owns K's machine code
 
     def __call__(self, buffers: Sequence[np.ndarray], ints: np.ndarray, floats: np.ndarray, stop: np.ndarray,
-                 state: Sequence[np.ndarray] = ()) -> int:
+                 state: Sequence[np.ndarray] = (), program: str | None = None) -> int:
+        """Run on ``buffers``, linking first on a new kind of buffers (``program``: the name its compile
+        phases are logged under; the engine's own by default)."""
         key = tuple((b.dtype.num, b.flags.writeable) for b in buffers)
         linked = self._linked.get(key)
         if linked is None:
-            linked = self._linked[key] = self._link(buffers)
-        function, callees = linked
+            linked = self._linked[key] = self._link(buffers, program or self.src.name)
+        function, callees, _ = linked
         with blas_threads(threads_to_use()):
             return function(*buffers, ints, floats, stop, *state, callees)
 
-    def _link(self, buffers: Sequence[np.ndarray]) -> tuple[Any, Any]:
-        functions = callee_functions(self.src)
+    def _link(self, buffers: Sequence[np.ndarray], program: str) -> tuple[Any, Any, Any]:
         if config.get("DISABLE_NUMBA"):
             module = _load(self.src.name + "_py", engine_module_source(self.src))
-            return getattr(module, self.src.name), tuple(functions)
+            return getattr(module, self.src.name), tuple(callee_functions(self.src)), None
         start_parallel_runtime()
         types = [tuple(_argument_type(kind, buffers) for kind in c.kinds) for c in self.src.callees]
-        entries = [_entry_point(fn, c, t) for fn, c, t in zip(functions, self.src.callees, types)]
-        return native_engine(self.src, types), np.array(entries, dtype=np.int64)
+        callees = [(c.name, t) for c, t in zip(self.src.callees, types)]
+        with Phases(program).phase("machine code") as phase, CompileProgress(program) as progress:
+            library = program_library(self.src.name, lambda: engine_module(self.src, types), callees,
+                                      lambda: callee_functions(self.src), progress)
+            phase.note = codelets_note(library.compiled, len(set(callees)))
+        return NativeEngine(self.src, library.engine), np.array(library.addresses, dtype=np.int64), library
 
 
 #: Engines kept (least recently used dropped first); executables hold theirs regardless.
@@ -211,28 +216,3 @@ def _argument_type(kind: str, buffers: Sequence[np.ndarray]) -> Any:
     if kind.startswith("B"):
         return numba.typeof(buffers[int(kind[1:])])
     return {"int": numba.types.int64, "float": numba.types.float64, "bool": numba.types.boolean}[kind]
-
-
-def _entry_point(fn: Any, callee: Callee, argtypes: tuple) -> int:
-    """The address of ``fn``'s C entry point (Numba's cfunc wrapper) for ``argtypes``."""
-    fn.compile(argtypes)
-    compiled = fn.overloads[argtypes]
-    returns = numba.types.unliteral(compiled.signature.return_type)
-    if returns != numba.types.int64:  # the engine calls it as returning int64: anything else is a bug
-        raise InternalError(f"popjit: {callee.name} returns {returns}, not int64")
-    return compiled.library.get_pointer_to_function(compiled.fndesc.llvm_cfunc_wrapper_name)
-
-
-def compiled_signatures(fn: Any) -> int:
-    """How many machine-code versions a dispatcher holds (0 for plain Python functions)."""
-    return len(getattr(fn, "signatures", ()))
-
-
-class Timer:
-    """Wall-clock timer for compile-phase reporting."""
-
-    def __init__(self) -> None:
-        self.t0 = time.perf_counter()
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.t0

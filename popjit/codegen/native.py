@@ -11,8 +11,8 @@ signature is::
 :mod:`popjit.codegen.engine`; ``K``: the callees' C entry points (Numba's cfunc wrappers), each of
 which takes Numba's array structure by value for a buffer, so the engine builds one per buffer
 (no reference count: the host keeps the arrays alive for the call). The types come from Numba's
-target context, the same that compiled the callees. Engines are compiled in each process (faster than a cache
-could load them).
+target context, the same that compiled the callees. The engine is compiled and cached with the program's
+codelets, in one library (:mod:`popjit.codegen.library`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from typing import Any
 import numba
 import numpy as np
 from llvmlite import ir
-from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 
 from popjit.codegen.engine import Branch, EngineSource, Invoke, Loop, WhileLoop
@@ -38,10 +37,9 @@ _SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int64, *[ctypes.c_void_p] * 7)
 class NativeEngine:
     """A compiled engine, called like the Python one: ``engine(*buffers, P, F, S, [R], K)``."""
 
-    def __init__(self, src: EngineSource, library: Any, address: int) -> None:
+    def __init__(self, src: EngineSource, address: int) -> None:
         self.name = src.name
         self.buffers = len(src.arguments)
-        self._library = library  # why: owns the machine code behind ``address``
         self._function = _SIGNATURE(address)
 
     def __call__(self, *args: Any) -> int:
@@ -56,18 +54,14 @@ class NativeEngine:
                                   callees.ctypes.data))
 
 
-def native_engine(src: EngineSource, argument_types: Sequence[Any]) -> NativeEngine:
-    """Compile the engine of ``src`` (``argument_types``: the Numba types of its callees' arguments,
-    one tuple per :class:`~popjit.codegen.engine.Callee`)."""
+def engine_module(src: EngineSource, argument_types: Sequence[Any]) -> ir.Module:
+    """The LLVM module of ``src``'s engine, a function named ``src.name`` (``argument_types``: the
+    Numba types of its callees' arguments, one tuple per :class:`~popjit.codegen.engine.Callee`).
+    It is compiled with the program's codelets (:mod:`popjit.codegen.library`)."""
     context = cpu_target.target_context
-    codegen = context.codegen()
     module = context.create_module(src.name)
     _Builder(context, module, src, argument_types).build()
-    with global_compiler_lock:  # why: Numba's code libraries are built under its compiler lock
-        library = codegen.create_library(src.name)
-        library.add_ir_module(module)
-        library.finalize()
-    return NativeEngine(src, library, library.get_pointer_to_function(src.name))
+    return module
 
 
 class _Builder:

@@ -13,9 +13,10 @@ import sys
 from collections.abc import Callable
 
 from popjit import config
-from popjit.codegen.compile import Timer, load_engine
+from popjit.codegen.compile import load_engine
 from popjit.codegen.engine import render_engine
 from popjit.codegen.numerics import DEFAULT, Numerics
+from popjit.codegen.phases import Phases
 from popjit.graph.passes import accumulate_blocks, const_fold, cse, dce, merge_replayed_loops, plan_fusion
 from popjit.graph.passes.loops import prune_loop_state
 from popjit.graph.verify import verify
@@ -67,22 +68,28 @@ def compile_graph(graph: Graph, target: Target | None, numerics: Numerics = DEFA
     """Compile a traced graph into a runnable executable: an IPU program for ``target`` (scheduled onto
     its tiles, with memory, cycles and out-of-memory checks), or with ``target=None`` a host program
     (the same native engine, no IPU schedule). ``numerics``: the floating-point behaviour of the IPU
-    device it runs on (``IPUConfig.floating_point_behaviour``)."""
-    timer = Timer()
+    device it runs on (``IPUConfig.floating_point_behaviour``). Each phase is timed and logged
+    (:mod:`popjit.codegen.phases`); the codelets' machine code comes on the program's first run."""
+    phases = Phases(graph.name)
     _dump(2, f"graph IR of {graph.name}", graph.as_text)
-    graph = optimize_graph(graph.copy())  # the passes rewrite graphs in place; the caller's stays as traced
+    with phases.phase("graph passes"):
+        graph = optimize_graph(graph.copy())  # the passes rewrite graphs in place; the caller's stays as traced
     _dump(2, f"optimized graph IR of {graph.name}", graph.as_text)
-    program = lower_graph(graph)
+    with phases.phase("lowering"):
+        program = lower_graph(graph)
     _dump(3, f"loop IR of {graph.name}", program.as_text)
     schedule = None
     if target is not None:
-        schedule = schedule_program(program, target)
+        with phases.phase("tile schedule"):
+            schedule = schedule_program(program, target)
         _dump(4, f"tile schedule of {graph.name}", schedule.as_text)
-    source = render_engine(program, numerics)
+    with phases.phase("code generation"):
+        source = render_engine(program, numerics)
     _dump(5, f"codelets of {graph.name}", lambda: "\n".join(r.source for r in source.codelets.values()))
     _dump(6, f"engine of {graph.name}", lambda: source.source)
     engine = load_engine(source)
-    exe = Executable(graph, program, schedule, source, engine, timer.elapsed())
+    exe = Executable(graph, program, schedule, source, engine, phases.elapsed())
     _dump(1, f"compiled {graph.name}", lambda: f"{len(source.codelets)} codelets, "
-          f"{len(program.temps)} temporaries, {timer.elapsed():.3f} s (machine code compiles on first run)")
+          f"{len(program.temps)} temporaries, {phases.elapsed():.3f} s ({phases.summary()}; "
+          "machine code compiles on first run)")
     return exe

@@ -104,7 +104,8 @@ class Executable:
         state = self._rounding_state(rounding)
         saved = self._saved_state(variables, state)
         with _engine_guard(), interrupts.watching() as stop:
-            stopped = self.engine(buffers, self.engine_source.ints, self.engine_source.floats, stop, state)
+            stopped = self.engine(buffers, self.engine_source.ints, self.engine_source.floats, stop, state,
+                                  program=self.graph.name)
         if stopped & TRAPPED:
             for buf, before in saved:
                 buf[...] = before

@@ -1,5 +1,5 @@
 """A damaged or unusable cache never stops a program: each kind of file popjit writes (generated
-modules, Numba's index and data files for generated code and for the kernel library), damaged in
+modules, program libraries, Numba's index and data files for the kernel library), damaged in
 each way (truncated, emptied, overwritten with noise, swapped with another entry's), is warned
 about once with its name, rebuilt, and the program prints the right result. Real directories,
 fresh processes."""
@@ -36,16 +36,21 @@ PROGRAM = textwrap.dedent("""
             x = tf.tanh(x) * 1.5 + 0.25
         return tf.reduce_max(x, axis=0, keepdims=True) + x
 
+    @tf.function(jit_compile=True)
+    def g(x):
+        return tf.exp(x) - x
+
     strategy = ipu.ipu_strategy.IPUStrategy()
     with strategy.scope():
-        print("result", repr(strategy.run(f, args=(np.linspace(-1, 1, 8, dtype=np.float32),)).numpy().tolist()))
+        x = np.linspace(-1, 1, 8, dtype=np.float32)
+        print("result", repr(strategy.run(f, args=(x,)).numpy().tolist()),
+              repr(strategy.run(g, args=(x,)).numpy().tolist()))
 """)
 
 #: Every kind of file, as a glob under the cache's generation directory.
 KINDS = {
     "generated module": "popjit_gen/*.py",
-    "index of generated code": "numba/popjit_gen_*/*.nbi",
-    "data of generated code": "numba/popjit_gen_*/*.nbc",
+    "program library": "programs/*.lib",
     "index of a kernel": "numba/kernels_*/*.nbi",
     "data of a kernel": "numba/kernels_*/*.nbc",
 }

@@ -11,7 +11,6 @@ import textwrap
 import numpy as np
 
 import popjit.tensorflow as tf
-from popjit.codegen.compile import compiled_signatures, load_codelet
 from popjit.codegen.engine import render_engine
 from popjit.pipeline import compile_graph, lower_graph, optimize_graph
 
@@ -48,15 +47,13 @@ def test__new_shape__reuses_machine_code():
                                                                      np.ones(7, np.float32)).graph, None)
     x, y = np.random.rand(5, 7).astype(np.float32), np.random.rand(7).astype(np.float32)
     first.run([x, y], {})
-    (rendered,) = first.engine_source.codelets.values()
-    fn = load_codelet(rendered)
-    before = compiled_signatures(fn)
+    (linked,) = first.engine._linked.values()
     second = compile_graph(tf.function(chain).get_concrete_function(np.ones((9, 4), np.float32),
                                                                       np.ones(4, np.float32)).graph, None)
     x2, y2 = np.random.rand(9, 4).astype(np.float32), np.random.rand(4).astype(np.float32)
     (out,) = second.run([x2, y2], {})
     assert second.engine is first.engine, "same engine function for a new shape"
-    assert compiled_signatures(fn) == before == 1
+    assert list(first.engine._linked.values()) == [linked], "the same machine code runs the new shape"
     np.testing.assert_allclose(out, np.tanh(x2 * 3 + y2) - 1, rtol=1e-5, atol=1e-6)
 
 
@@ -103,8 +100,7 @@ def test__debug_levels__dump_each_stage(tmp_path):
 CACHE_SCRIPT = """
     import numpy as np
     import popjit.tensorflow as tf
-    from numba.core.registry import CPUDispatcher
-    import gc
+    from popjit.codegen.compile import load_engine
 
     @tf.function(jit_compile=True)
     def f(x):
@@ -112,10 +108,10 @@ CACHE_SCRIPT = """
             x = tf.tanh(x) * 2.0 + tf.reduce_sum(x)
         return x
 
-    out = f(np.linspace(-1, 1, 16).astype(np.float32)).numpy()
-    compiled = [d for d in gc.get_objects() if isinstance(d, CPUDispatcher)
-                and d.py_func.__module__.startswith("popjit_gen") and d.stats.cache_misses]
-    print("compiled", len(compiled), "checksum", round(float(out.sum()), 4))
+    x = np.linspace(-1, 1, 16).astype(np.float32)
+    out = f(x).numpy()
+    ((_, _, library),) = load_engine(f.get_concrete_function(x).executable("cpu").engine_source)._linked.values()
+    print("compiled", library.compiled, "checksum", round(float(out.sum()), 4))
 """
 
 
@@ -128,7 +124,7 @@ def test__executable_cache_path__second_process_compiles_nothing(tmp_path):
     assert first.stdout.split()[1] != "0", first.stdout  # the first process compiled its codelets
     assert second.stdout.split()[1] == "0", second.stdout  # the second loaded every one from the cache
     assert first.stdout.split()[3] == second.stdout.split()[3]  # same results
-    assert list(cache.rglob("k_*.py")) and list(cache.rglob("*.nbi")), "modules and machine code are in DIR"
+    assert list(cache.rglob("k_*.py")) and list(cache.rglob("*.lib")), "modules and machine code are in DIR"
     assert not (tmp_path / "unused").exists()
 
 

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
+import pytest
 from numba.core.registry import CPUDispatcher
 
 import popjit.tensorflow as tf
@@ -37,20 +42,58 @@ def test__engine__runs_loops_and_branches_without_a_numba_engine_function():
     assert engines == [], "no engine goes through Numba"
 
 
-def test__engine__address_table_holds_the_codelets_entry_points():
+def test__engine__calls_codelets_compiled_into_one_program_library():
     fn = tf.function(_loops, jit_compile=True)
     x = np.ones(5, np.float32)
     fn(x, np.int32(3))
     exe = fn.get_concrete_function(x, np.int32(3)).executable("cpu")
     engine = load_engine(exe.engine_source)
-    ((_native, table),) = engine._linked.values()
-    functions = callee_functions(exe.engine_source)
-    assert len(table) == len(functions) == len(exe.engine_source.callees) >= 3
-    for address, f in zip(table, functions):
-        entries = {c.library.get_pointer_to_function(c.fndesc.llvm_cfunc_wrapper_name) for c in f.overloads.values()}
-        assert address in entries, f"K holds an address that is not an entry point of {f.py_func.__name__}"
+    ((_native, table, library),) = engine._linked.values()
+    assert len(table) == len(exe.engine_source.callees) >= 3
+    assert list(table) == library.addresses and 0 not in library.addresses and library.engine not in library.addresses
+    generated = [f for f, c in zip(callee_functions(exe.engine_source), exe.engine_source.callees)
+                 if c.name in exe.engine_source.codelets]
+    assert generated and all(not f.overloads for f in generated), "codelets are never compiled one by one"
     legend = [line for line in exe.as_text("engine").splitlines() if line.startswith("# K[")]
     assert legend == [f"# K[{i}]: {c.name}" for i, c in enumerate(exe.engine_source.callees)]
+
+
+CACHED = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import popjit.tensorflow as tf
+    from popjit.codegen.compile import load_engine
+
+    @tf.function(jit_compile=True)
+    def f(x, n):
+        total = tf.zeros_like(x)
+        for i in tf.range(n):
+            total = total + tf.tanh(x) * tf.cast(i, tf.float32) - tf.reduce_max(x)
+        return total
+
+    x = np.linspace(-1, 2, 12).astype(np.float32)
+    out = f(x, np.int32(7)).numpy()
+    engine = load_engine(f.get_concrete_function(x, np.int32(7)).executable("cpu").engine_source)
+    ((_, _, library),) = engine._linked.values()
+    print(library.compiled, "numba.np.arraymath" in sys.modules, out.round(5).tolist())
+""")
+
+
+@pytest.mark.slow
+def test__a_cached_program__loads_as_one_file_without_numba_typing(tmp_path):
+    env = {**os.environ, "POPJIT_CACHE_DIR": str(tmp_path / "cache")}
+    script = tmp_path / "program.py"
+    script.write_text(CACHED)
+    runs = [subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+            for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr[-2000:] + runs[1].stderr[-2000:]
+    (first, first_typing, first_out), (second, second_typing, second_out) = (
+        r.stdout.split(" ", 2) for r in (runs[0], runs[1]))
+    assert int(first) >= 3 and first_typing == "True", "the first process compiles the program's functions"
+    assert int(second) == 0, "the second loads them"
+    assert second_typing == "False", "without loading Numba's typing registries"
+    assert first_out == second_out
+    assert len(list(tmp_path.glob("cache/gen-*/programs/*.lib"))) == 1
 
 
 def test__engine__one_object_per_engine_and_callees():

@@ -1,0 +1,192 @@
+"""A program's machine code: its engine and every function the engine calls, compiled into one
+library and cached as one file.
+
+The engine (:mod:`popjit.codegen.native`) calls its callees (generated codelets, library kernels
+such as ``matmul_f32``) through their C entry points. They are compiled together: Numba types and
+lowers each one (``no_compile``) into one shared code library, the engine's LLVM module joins it,
+and LLVM optimises it and turns it into machine code once, instead of once per function. The
+library's object code, the symbol names of the engine and the entry points, and the functions'
+Numba environments (their constants) are saved as ``programs/<key>.lib`` in the cache generation
+directory, ``<key>`` hashing the engine, the callees (their names hash their source), the types
+they are called with and the host CPU. A later process loads that one file: no typing, no
+lowering, and not even Numba's typing registries (a 0.7 s start-up that imports SciPy) are
+needed, so a cached program starts in milliseconds.
+
+Scalar kernels a codelet calls (``km.exp``…) are still Numba functions cached once per machine;
+their code is linked into each program library that uses them (and inlined, so loops vectorise).
+A damaged entry is warned about once, deleted and built again, as every cache file is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import pickle
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numba
+from numba.core import compiler
+from numba.core.compiler_lock import global_compiler_lock
+from numba.core.environment import Environment, lookup_environment
+from numba.core.registry import cpu_target
+from numba.core.runtime import rtsys
+
+from popjit.errors import InternalError
+from popjit.kernels.jit import cache_root, fingerprint, usable_dir, warn_once
+
+#: Told ``(done, total)`` as the callees of a program library are compiled.
+Progress = Callable[[int, int], None]
+
+#: Marks a program library file; a file without it is not one (damaged or foreign).
+MAGIC = "popjit-program-library-1"
+
+
+class ProgramLibrary:
+    """Loaded machine code: the engine's entry point, and ``addresses[i]`` the C entry point of callee ``i``."""
+
+    def __init__(self, library: Any, engine: int, addresses: list[int], compiled: int) -> None:
+        self._library = library  # why: owns the machine code behind the addresses
+        self.engine = engine
+        self.addresses = addresses
+        self.compiled = compiled  # functions compiled to build it (0: loaded from the cache)
+
+
+def library_key(engine: str, callees: Sequence[tuple[str, tuple]]) -> str:
+    """The cache key of a program library: its engine, its callees' names and argument types, the host CPU."""
+    host = cpu_target.target_context.codegen().magic_tuple()
+    text = repr((fingerprint(), host, engine, [(name, tuple(str(t) for t in types)) for name, types in callees]))
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def library_path(key: str) -> Path | None:
+    """Where the library of ``key`` is cached (None without a usable cache directory)."""
+    directory = cache_root() / f"gen-{fingerprint()}" / "programs"
+    return directory / f"{key}.lib" if usable_dir(directory) else None
+
+
+def program_library(engine: str, engine_module: Callable[[], Any], callees: Sequence[tuple[str, tuple]],
+                    functions: Callable[[], list[Any]], progress: Progress | None = None) -> ProgramLibrary:
+    """The machine code of a program: its engine (the function ``engine`` of the LLVM module
+    ``engine_module()``) and ``callees`` (name, Numba argument types), loaded from the cache or
+    built from ``functions()`` (the callees' dispatchers, in order) and saved. A build calls
+    ``progress(done, total)`` after each distinct callee is compiled (the compile progress bar)."""
+    key = library_key(engine, callees)
+    path = library_path(key)
+    with global_compiler_lock:  # why: Numba's code libraries are built and loaded under its compiler lock
+        if path is not None:
+            loaded = _load(path, key)
+            if loaded is not None:
+                return loaded
+        built, entry = _build(key, engine, engine_module(), callees, functions(), progress)
+    if path is not None:
+        _save(path, entry)
+    return built
+
+
+def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[str, tuple]],
+           functions: list[Any], progress: Progress | None = None) -> tuple[ProgramLibrary, tuple]:
+    typing, target = cpu_target.typing_context, cpu_target.target_context
+    typing.refresh()
+    target.refresh()
+    library = target.codegen().create_library("popjit_program")
+    library.enable_object_caching()
+    symbols: dict[tuple[int, tuple], str] = {}
+    environments = []
+    total = len({(id(fn), types) for (_, types), fn in zip(callees, functions)})
+    for (name, types), fn in zip(callees, functions):
+        if (id(fn), types) in symbols:
+            continue
+        compiled = compiler.compile_extra(typing, target, fn.py_func, types, None, _flags(fn), fn._compiler.locals,
+                                          library=library)
+        returns = numba.types.unliteral(compiled.signature.return_type)
+        if returns != numba.types.int64:  # the engine calls it as returning int64: anything else is a bug
+            raise InternalError(f"popjit: {name} returns {returns}, not int64")
+        symbols[(id(fn), types)] = compiled.fndesc.llvm_cfunc_wrapper_name
+        environments.append(compiled.environment)
+        if progress is not None:
+            progress(len(symbols), total)
+    library.add_ir_module(engine_module)
+    library.finalize()
+    names = [symbols[(id(fn), types)] for (_, types), fn in zip(callees, functions)]
+    _set_environments(library, environments)
+    addresses = [library.get_pointer_to_function(n) for n in names]
+    saved_environments = [(env.env_name, list(env.consts)) for env in environments]
+    entry = (MAGIC, key, library.serialize_using_object_code(), engine, names, saved_environments)
+    return ProgramLibrary(library, library.get_pointer_to_function(engine), addresses, len(symbols)), entry
+
+
+def _flags(fn: Any) -> compiler.Flags:
+    """The dispatcher's own compile flags (popjit's options), lowered into a shared library: no
+    machine code per function, and no CPython wrapper (the engine calls the C entry point)."""
+    flags = compiler.Flags()
+    fn.targetdescr.options.parse_as_flags(flags, fn.targetoptions)
+    flags.no_compile = True
+    flags.no_cpython_wrapper = True
+    return flags
+
+
+def _set_environments(library: Any, environments: list[Any]) -> None:
+    for env in environments:
+        library.codegen.set_env(env.env_name, env)
+
+
+def _environment(name: str, consts: list) -> Environment:
+    """The Numba environment ``name`` (a function's run-time constants), made again when not live.
+    why: Numba pickles one with its module's name to import, and generated modules are not importable;
+    compiled codelets never read their module's globals at run time, only the constants."""
+    env = lookup_environment(name)
+    if env is None:
+        env = Environment({})
+        env.consts[:] = consts
+        env.env_name = name
+        Environment._memo[name] = env
+    return env
+
+
+def _load(path: Path, key: str) -> ProgramLibrary | None:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return _discard(path, e)
+    try:
+        magic, owner, serialized, engine, names, environments = pickle.loads(data)
+        if magic != MAGIC or owner != key:
+            raise ValueError("it is not the program library of this program")
+        target = cpu_target.target_context
+        rtsys.initialize(target)  # why: registers Numba's run-time (NRT) symbols the machine code refers to
+        library = target.codegen().unserialize_library(serialized)
+        _set_environments(library, [_environment(name, consts) for name, consts in environments])
+        addresses = [library.get_pointer_to_function(n) for n in names]
+        entry = library.get_pointer_to_function(engine)
+    except Exception as e:  # why: pickle, LLVM and format errors of every kind mean the file is damaged
+        return _discard(path, e)
+    return ProgramLibrary(library, entry, addresses, 0)
+
+
+def _discard(path: Path, error: Exception) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
+    warn_once(f"damaged:{path}", f"popjit's cache entry {path} could not be read ({type(error).__name__}: {error}); "
+              "it was deleted and the program is compiled again.")
+
+
+def _save(path: Path, entry: tuple) -> None:
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(entry, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as e:
+        warn_once(f"unwritable:{path.parent}", f"popjit could not save {path} ({e.strerror or e}); this program "
+                  "compiles again in the next process.")
