@@ -14,7 +14,8 @@ The child (:func:`child_main`) imports the framework (for popjit: popjit and Num
 inputs (both untimed), then
 times building the function plus its first synchronised call (trace + compile + one run), checks
 the result against NumPy, times a few more calls, and prints one JSON line. ``compile`` is first
-call minus the best steady call.
+call minus the best steady call; ``peak_rss_mb`` the process's peak resident memory (imports,
+compile and the calls).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -145,9 +147,10 @@ def child_main(argv: list[str]) -> int:
     first = time.perf_counter() - t0
     error = workloads.check_result(problem, out, args.framework)
     steady = best_of(case.call, repeat=args.repeat, warmup=0).best
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
     print(json.dumps({"framework": args.framework, "workload": problem.label, "import_s": import_s,
                       "first_call_s": first, "steady_s": steady, "compile_s": max(first - steady, 0.0),
-                      "max_error": error, "note": case.note}))
+                      "max_error": error, "note": case.note, "peak_rss_mb": peak_rss_mb}))
     return 0
 
 

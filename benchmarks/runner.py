@@ -109,6 +109,25 @@ def compile_rows(workload: str, sizes: dict[str, int], frameworks: Iterable[str]
     return rows
 
 
+def memory_rows(workload: str, sizes: dict[str, int], frameworks: Iterable[str]) -> list[Row]:
+    """Peak resident memory of a fresh process that imports the framework, compiles ``workload`` (cold:
+    nothing of the program cached; warm: everything cached) and runs it a few times."""
+    rows = []
+    label = workloads.problem_label(workload, **sizes)
+    for fw in workloads.frameworks_for(workload, frameworks):
+        if fw not in COMPILERS or not workloads.available(fw):
+            continue
+        results = first_calls(fw, workload, sizes)
+        for state in ("cold", "warm"):
+            result, name = results[state], workloads.LABELS[fw]
+            if "error" in result:
+                rows.append(Row(f"peak RSS: {label}", name, None, f"MB {state}", status="FAILED", note=result["error"]))
+            else:
+                rows.append(Row(f"peak RSS: {label}", name, result["peak_rss_mb"], f"MB {state}",
+                                note="import + first call + steady calls"))
+    return rows
+
+
 def _compile_row(workload: str, framework: str, state: str, result: dict) -> Row:
     if "error" in result:
         return Row(workload, framework, None, f"s {state}", status="FAILED", note=result["error"])
@@ -134,6 +153,8 @@ def measure(sections: Sequence[str], frameworks: Sequence[str], repeat: int, min
     if "train" in sections:
         _progress("first-call time of W1 in fresh processes")
         rows += compile_rows("train", workloads.TRAIN_SIZES["W1"], frameworks)
+        _progress("peak memory of W2 in fresh processes")
+        rows += memory_rows("train", workloads.TRAIN_SIZES["W2"], frameworks)
     if "keras" in sections:
         _progress("first epochs of K1 and K2 in fresh processes")
         for sizes in keras_workloads.KERAS_SIZES.values():
@@ -229,6 +250,12 @@ def train_target_lines(rows: Sequence[Row]) -> list[str]:
     cold = _value(rows, f"compile: {w1}", "popjit", "s cold")
     lines.append(f"(d) W1 cold compile: popjit {_fmt(cold)} s  (target <= {TRAIN_COMPILE_TARGET_S:.1f} s)  "
                  f"{_verdict(None if cold is None else cold <= TRAIN_COMPILE_TARGET_S)}")
+    w2 = workloads.problem_label("train", **workloads.TRAIN_SIZES["W2"])
+    for state in ("cold", "warm"):
+        mine, theirs = (_value(rows, f"peak RSS: {w2}", fw, f"MB {state}") for fw in ("popjit", "TF-XLA"))
+        ratio = None if mine is None or theirs is None else mine / theirs
+        lines.append(f"(d) W2 peak RSS, {state}: popjit / TF-XLA = {_fmt(ratio)}  (target <= 1.00)  "
+                     f"{_verdict(None if ratio is None else ratio <= 1.0)}")
     return lines
 
 

@@ -132,7 +132,7 @@ def test_unknown_names_are_refused() -> None:
 
 
 def _rows(chain_pj: float, chain_tf: float, mm_pj: float, mm_np: float, cold: float, train_pj: float = 300.0,
-          train_tf: float = 200.0, train_cold: float = 2.0) -> list[runner.Row]:
+          train_tf: float = 200.0, train_cold: float = 2.0, rss_pj: float = 300.0) -> list[runner.Row]:
     chain = workloads.problem_label("chain")
     rows = [runner.Row(chain, "popjit", chain_pj, "GB/s"), runner.Row(chain, "TF-XLA", chain_tf, "GB/s")]
     for m, k, n in workloads.MATMUL_SHAPES.values():
@@ -146,17 +146,22 @@ def _rows(chain_pj: float, chain_tf: float, mm_pj: float, mm_np: float, cold: fl
                  runner.Row(label, "popjit", train_pj, "steps/s"), runner.Row(label, "TF-XLA", train_tf, "steps/s")]
     w1 = workloads.problem_label("train")
     rows.append(runner.Row(f"compile: {w1}", "popjit", train_cold, "s cold"))
+    w2 = workloads.problem_label("train", **workloads.TRAIN_SIZES["W2"])
+    for state in ("cold", "warm"):
+        rows += [runner.Row(f"peak RSS: {w2}", "popjit", rss_pj, f"MB {state}"),
+                 runner.Row(f"peak RSS: {w2}", "TF-XLA", 600.0, f"MB {state}")]
     return rows
 
 
 def test_target_ratios() -> None:
-    met = runner.target_lines(_rows(12.0, 10.0, 95.0, 100.0, 1.5))[:7]  # then (e), tested below
-    assert len(runner.target_lines([])) == 9
+    met = runner.target_lines(_rows(12.0, 10.0, 95.0, 100.0, 1.5))[:9]  # then (e), tested below
+    assert len(runner.target_lines([])) == 11
     assert "= 1.20" in met[0] and met[0].endswith(" met")
     assert "W1 train 784-256-128-10 b32 x100: popjit / TF-XLA steps/s = 1.50" in met[4]
     assert "W2 train 784-1024-1024-10 b256 x100" in met[5] and "W1 cold compile: popjit 2.00 s" in met[6]
+    assert "W2 peak RSS, cold: popjit / TF-XLA = 0.50" in met[7] and "W2 peak RSS, warm" in met[8]
     assert all(line.endswith(" met") for line in met)
-    missed = runner.target_lines(_rows(5.0, 10.0, 80.0, 100.0, 3.0, train_pj=100.0, train_cold=2.5))[:7]
+    missed = runner.target_lines(_rows(5.0, 10.0, 80.0, 100.0, 3.0, train_pj=100.0, train_cold=2.5, rss_pj=900.0))[:9]
     assert "= 0.50" in missed[0] and "= 0.80" in missed[1] and "= 0.50" in missed[4]
     assert all(line.endswith("NOT met") for line in missed)
 
@@ -210,6 +215,7 @@ def test_first_call_child_process(tmp_path) -> None:
     assert result["workload"] == "chain 2^8 f32 x2"
     assert result["first_call_s"] >= result["compile_s"] >= 0.0
     assert result["max_error"] < 1e-5
+    assert result["peak_rss_mb"] > 50, "a process that imported NumPy and Numba and ran a program"
     assert any((tmp_path / "popjit").rglob("*.py")), "the child did not use the temporary POPJIT_CACHE_DIR"
     program = firstcall.program_files(tmp_path)
     assert any(list(p.rglob("k_*.py")) for p in program) and any(list(p.rglob("*.lib")) for p in program)
