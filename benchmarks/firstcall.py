@@ -105,6 +105,19 @@ def first_calls(framework: str, workload: str, sizes: dict[str, int] | None = No
     return {"fresh": fresh, "cold": cold, "warm": warm}
 
 
+def peak_rss_mib() -> float:
+    """This process's peak resident memory in MiB: ``VmHWM`` on Linux. why not ``ru_maxrss``: Linux
+    carries it over from the parent through fork and exec, so a child of a large runner reports the
+    runner's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
 # -- the child --------------------------------------------------------------------------------------
 
 
@@ -147,7 +160,7 @@ def child_main(argv: list[str]) -> int:
     first = time.perf_counter() - t0
     error = workloads.check_result(problem, out, args.framework)
     steady = best_of(case.call, repeat=args.repeat, warmup=0).best
-    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+    peak_rss_mb = peak_rss_mib()
     print(json.dumps({"framework": args.framework, "workload": problem.label, "import_s": import_s,
                       "first_call_s": first, "steady_s": steady, "compile_s": max(first - steady, 0.0),
                       "max_error": error, "note": case.note, "peak_rss_mb": peak_rss_mb}))

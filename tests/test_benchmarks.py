@@ -6,6 +6,8 @@ table and the target ratios) and the fresh-process first-call protocol are.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -276,3 +278,13 @@ def test_keras_targets_are_measured_ratios() -> None:
     assert any("K1" in ln and "= 0.90" in ln and "NOT met" in ln for ln in lines)
     assert any("first epoch incl. compile, cold: popjit 3.50 s, Keras -" in ln for ln in lines)
     assert any("K2" in ln and "n/a" in ln for ln in lines)
+
+
+def test_peak_memory_of_a_child_is_its_own() -> None:
+    big = np.ones(300 * 2**20 // 8)  # the parent's peak grows by 300 MiB (pages touched)
+    code = ("import sys; sys.path.append(sys.argv[1]); "
+            "from benchmarks.firstcall import peak_rss_mib; print(peak_rss_mib())")
+    out = subprocess.run([sys.executable, "-c", code, str(firstcall.ROOT)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert firstcall.peak_rss_mib() > 300 > 4 * float(out.stdout), "a fresh Python peaks far below its parent"
+    del big
