@@ -67,7 +67,6 @@ cblas_sgemm, cblas_dgemm, set_threads_local = _bound if _bound else (None, None,
 previous one (OpenBLAS's ``openblas_set_num_threads_local``)."""
 
 
-
 @contextlib.contextmanager
 def blas_threads(count: int) -> Iterator[None]:
     """Run the block with the calling thread's OpenBLAS thread count set to ``count`` and restored

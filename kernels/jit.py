@@ -133,6 +133,20 @@ def warn_once(key: str, message: str) -> None:
     warnings.warn(message, CacheWarning, stacklevel=3)
 
 
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename, so a
+    reader (another thread or process) sees the old file or the whole new one, never half of it."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def usable_dir(path: Path) -> bool:
     """Whether popjit can create ``path`` and write files in it; if not, one warning says that
     everything compiles in memory this run."""

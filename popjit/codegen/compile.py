@@ -14,12 +14,9 @@ lock, so threads compiling the same program never see one half-initialised.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import linecache
-import os
 import sys
-import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -37,7 +34,7 @@ from popjit.codegen.native import NativeEngine, engine_module
 from popjit.codegen.phases import CompileProgress, Phases, codelets_note
 from popjit.codegen.render import HEADER, PARALLEL, SERIAL, Rendered
 from popjit.kernels.blas import blas_threads
-from popjit.kernels.jit import cache_root, fingerprint, start_parallel_runtime, usable_dir, warn_once
+from popjit.kernels.jit import atomic_write, cache_root, fingerprint, start_parallel_runtime, usable_dir, warn_once
 from popjit.kernels.threads import threads_to_use
 
 PACKAGE = "popjit_gen"
@@ -52,18 +49,6 @@ def generated_dir() -> Path | None:
     directory cannot be written (then modules load from memory; one warning says so)."""
     directory = cache_root() / f"gen-{fingerprint()}" / PACKAGE
     return directory if usable_dir(directory) else None
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _source_file(name: str, source: str) -> Path | None:
@@ -86,7 +71,7 @@ def _source_file(name: str, source: str) -> Path | None:
         warn_once(f"damaged:{path}", f"popjit's cache entry {path} did not hold the code it is named for "
                   f"({len(existing)} bytes instead of {len(source.encode())}); it was written again.")
     try:
-        _atomic_write(path, source)
+        atomic_write(path, source.encode())
     except OSError as e:
         warn_once(f"unwritable:{path}", f"popjit could not write {path} ({e.strerror or e}); that code compiles "
                   "in memory this run.")

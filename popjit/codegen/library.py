@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import pickle
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +34,7 @@ from numba.core.registry import cpu_target
 from numba.core.runtime import rtsys
 
 from popjit.errors import InternalError
-from popjit.kernels.jit import cache_root, fingerprint, usable_dir, warn_once
+from popjit.kernels.jit import atomic_write, cache_root, fingerprint, usable_dir, warn_once
 
 #: Told ``(done, total)`` as the callees of a program library are compiled.
 Progress = Callable[[int, int], None]
@@ -178,15 +176,7 @@ def _discard(path: Path, error: Exception) -> None:
 
 def _save(path: Path, entry: tuple) -> None:
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump(entry, f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        atomic_write(path, pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL))
     except OSError as e:
         warn_once(f"unwritable:{path.parent}", f"popjit could not save {path} ({e.strerror or e}); this program "
                   "compiles again in the next process.")

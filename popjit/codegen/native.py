@@ -18,7 +18,7 @@ codelets, in one library (:mod:`popjit.codegen.library`).
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numba
@@ -159,39 +159,35 @@ class _Builder:
         return self.buffer_types.get(k) or numba.from_dtype(self.src.arguments[k].dtype.np)[::1]
 
     def loop(self, node: Loop) -> None:
-        b = self.builder
         count = self.argument(node.count, numba.types.int64)
-        head, body, done = (self.function.append_basic_block(n) for n in ("repeat", "repeat.body", "repeat.end"))
-        before = b.block
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(_I64)
-        i.add_incoming(_I64(0), before)
-        b.cbranch(b.icmp_signed("<", i, count), body, done)
-        b.position_at_end(body)
-        self.poll_stop()
-        self.block(node.body)
-        i.add_incoming(b.add(i, _I64(1)), b.block)
-        b.branch(head)
-        b.position_at_end(done)
+        self.counted_loop("repeat", lambda i: self.builder.icmp_signed("<", i, count), node.body)
 
     def whileloop(self, node: WhileLoop) -> None:
+        def go_on(n: ir.Value) -> ir.Value:
+            self.block(node.cond)
+            go = self.predicate(node.pred)
+            if node.limit is not None:
+                limit = self.argument(node.limit, numba.types.int64)
+                go = self.builder.and_(go, self.builder.icmp_signed("<", n, limit))
+            return go
+
+        self.counted_loop("while", go_on, node.body)
+
+    def counted_loop(self, name: str, go_on: Callable[[ir.Value], ir.Value], body: list[Any]) -> None:
+        """A loop with an iteration counter from 0: its header computes ``go_on(counter)``; while that
+        holds, each iteration polls the interrupt flag and runs ``body``."""
         b = self.builder
-        head, body, done = (self.function.append_basic_block(n) for n in ("while", "while.body", "while.end"))
+        head, inner, done = (self.function.append_basic_block(f"{name}{suffix}") for suffix in ("", ".body", ".end"))
         before = b.block
         b.branch(head)
         b.position_at_end(head)
-        n = b.phi(_I64)
-        n.add_incoming(_I64(0), before)
-        self.block(node.cond)
-        go = self.predicate(node.pred)
-        if node.limit is not None:
-            go = b.and_(go, b.icmp_signed("<", n, self.argument(node.limit, numba.types.int64)))
-        b.cbranch(go, body, done)
-        b.position_at_end(body)
+        counter = b.phi(_I64)
+        counter.add_incoming(_I64(0), before)
+        b.cbranch(go_on(counter), inner, done)
+        b.position_at_end(inner)
         self.poll_stop()
-        self.block(node.body)
-        n.add_incoming(b.add(n, _I64(1)), b.block)
+        self.block(body)
+        counter.add_incoming(b.add(counter, _I64(1)), b.block)
         b.branch(head)
         b.position_at_end(done)
 
