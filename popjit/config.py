@@ -46,6 +46,8 @@ SETTINGS: dict[str, Setting] = {
         Setting("CACHE_DIR", str, str(Path.home() / ".cache" / "popjit"),
                 "where generated Numba modules and their machine code are cached"),
         Setting("CHECKS", _bool, False, "verify every IR after every pass"),
+        Setting("DIRECT_CODELETS", _bool, True,
+                "build generated codelets' LLVM IR directly (0: compile every codelet with Numba's pipeline)"),
         Setting("PARALLEL_MIN_ELEMENTS", int, 1 << 18,
                 "element-wise codelets at least this large run on all threads"),
         Setting("SEED", int, None, "popjit run: tf.random.set_seed(N) before the program starts"),

@@ -32,7 +32,7 @@ from popjit.codegen.engine import EngineSource
 from popjit.codegen.library import program_library
 from popjit.codegen.native import NativeEngine, engine_module
 from popjit.codegen.phases import CompileProgress, Phases, codelets_note
-from popjit.codegen.render import HEADER, PARALLEL, SERIAL, Rendered
+from popjit.codegen.render import HEADER, SERIAL, Rendered
 from popjit.kernels.blas import blas_threads
 from popjit.kernels.jit import atomic_write, cache_root, fingerprint, start_parallel_runtime, usable_dir, warn_once
 from popjit.kernels.threads import threads_to_use
@@ -103,6 +103,7 @@ def _load(name: str, source: str) -> ModuleType:
             linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         module = ModuleType(modname)
         module.__file__ = filename
+        module.__source__ = source  # why: codelets are translated from their text (codegen/direct.py)
         exec(compile(source, filename, "exec"), module.__dict__)
         sys.modules[modname] = module
         setattr(_package(), name, module)
@@ -110,10 +111,9 @@ def _load(name: str, source: str) -> ModuleType:
 
 
 def _decorate(source: str) -> str:
-    """Fill the renderer's decorator placeholders (none when Numba is disabled)."""
+    """Fill the renderer's decorator placeholder (none when Numba is disabled)."""
     plain = config.get("DISABLE_NUMBA")
     # why: engines call codelets through their C entry points, never from Python
-    source = source.replace(PARALLEL + "\n", "" if plain else "@codelet(parallel=True, no_cpython_wrapper=True)\n")
     return source.replace(SERIAL + "\n", "" if plain else "@codelet(no_cpython_wrapper=True)\n")
 
 
@@ -133,9 +133,18 @@ def _codelet_suffix() -> str:
 
 
 
+PYTHON_HELPERS = """def call(fn, args):
+    return fn(*args)
+
+
+def split(fn, count, grain, args):
+    return fn(*args, 0, count)
+"""
+
+
 def engine_module_source(src: EngineSource) -> str:
     """The module of an engine run as Python (``POPJIT_DISABLE_NUMBA``)."""
-    return f"def call(fn, args):\n    return fn(*args)\n\n\n{src.source}"
+    return f"{PYTHON_HELPERS}\n\n{src.source}"
 
 
 class Engine:
@@ -169,7 +178,7 @@ class Engine:
         with Phases(program).phase("machine code") as phase, CompileProgress(program) as progress:
             library = program_library(self.src.name, lambda: engine_module(self.src, types), callees,
                                       lambda: callee_functions(self.src), progress)
-            phase.note = codelets_note(library.compiled, len(set(callees)))
+            phase.note = codelets_note(library.compiled, len(set(callees)), library.through_numba)
         return NativeEngine(self.src, library.engine), np.array(library.addresses, dtype=np.int64), library
 
 

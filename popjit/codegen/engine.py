@@ -6,7 +6,8 @@
                 return 1
             call(K[0], (B3, B0, P[2], F[0]))  # a codelet call per compute set
             call(K[1], (B1, B3))            # Copy
-        return 0
+            split(K[2], P[3], P[4], (B2, B3, P[5]))  # a large codelet: its outer loop's P[3]
+        return 0                                       # iterations over threads, >= P[4] per task
 
 Like codelets, the engine's text depends only on the program's structure: every size, count
 and constant is read from the ``P`` (int64) and ``F`` (float64) arrays, filled per program.
@@ -106,13 +107,16 @@ def matmul_codelet(dtype: DType) -> str:
 class Invoke:
     """A call through ``K[slot]`` with argument expressions (``B3``, ``P[2]``, ``F[0]``, ``R[1]``, ``True``,
     ``0``); ``trap``: the compute set whose nonzero result stops the engine; ``rounds``: it advances
-    the rounding call number ``R[2]``."""
+    the rounding call number ``R[2]``; ``split``: the callee runs a range ``[lo, hi)`` of a loop of
+    that many iterations (two more arguments), and the engine splits the loop over threads in tasks
+    of at least that many iterations (:mod:`popjit.codegen.native`)."""
 
     slot: int
     args: tuple[str, ...]
     comment: str
     trap: int | None = None
     rounds: bool = False
+    split: tuple[str, str] | None = None  # (trip count, iterations per task): run over ranges, on threads
 
 
 @dataclass
@@ -182,15 +186,19 @@ class _Emitter(StmtVisitor):
         inner, self.body = self.body, outer
         return inner
 
-    def invoke(self, fn: str, args: list[str], comment: str, traps: bool = False, rounds: bool = False) -> None:
+    def invoke(self, fn: str, args: list[str], comment: str, traps: bool = False, rounds: bool = False,
+               split: tuple[int, int] | None = None) -> None:
         """Call ``fn(*args)`` through its slot in ``K``: with ``traps`` its result stops the engine, with
-        ``rounds`` it advances the rounding call number."""
-        slot = self.callees.setdefault(Callee(fn, tuple(map(argument_kind, args))), len(self.callees))
+        ``rounds`` it advances the rounding call number, with ``split`` (trip count, iterations per
+        task) it runs on ranges of its outermost loop, on threads."""
+        kinds = tuple(map(argument_kind, args)) + (("int", "int") if split else ())
+        slot = self.callees.setdefault(Callee(fn, kinds), len(self.callees))
         trap = None
         if traps:
             trap = len(self.compute_sets)
             self.compute_sets.append(comment)
-        self.body.append(Invoke(slot, tuple(args), comment, trap, rounds))
+        ranges = (self.int(split[0]), self.int(split[1])) if split else None
+        self.body.append(Invoke(slot, tuple(args), comment, trap, rounds, ranges))
 
     def visit_kernel(self, s: Kernel) -> None:
         parallel = (s.size >= config.get("PARALLEL_MIN_ELEMENTS") and not config.get("DISABLE_NUMBA")
@@ -200,7 +208,7 @@ class _Emitter(StmtVisitor):
         args = [self.buf(b) for b in r.buffers] + [self.int(v) for v in r.ints] + [self.float(v) for v in r.floats]
         if r.rounding_state:
             args += ["R[0]", "R[1]", "R[2]"]
-        self.invoke(r.func, args, s.name, r.traps, r.rounding_state)
+        self.invoke(r.func, args, s.name, r.traps, r.rounding_state, r.split)
 
     def visit_matmul(self, s: MatMul) -> None:
         fn = matmul_codelet(s.out.dtype)
@@ -256,7 +264,9 @@ class _PythonText:
             getattr(self, type(node).__name__.lower())(node, depth)
 
     def invoke(self, node: Invoke, depth: int) -> None:
-        call = f"call(K[{node.slot}], ({', '.join(node.args)},))"
+        args = f"({', '.join(node.args)},)"
+        call = f"call(K[{node.slot}], {args})" if node.split is None else \
+            f"split(K[{node.slot}], {node.split[0]}, {node.split[1]}, {args})"
         if node.trap is None:
             self.emit(depth, f"{call}  # {node.comment}")
         else:

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import pickle
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,8 +35,12 @@ from numba.core.environment import Environment, lookup_environment
 from numba.core.registry import cpu_target
 from numba.core.runtime import rtsys
 
+from popjit import config
+from popjit.codegen.direct import Unsupported, emit_codelet
 from popjit.errors import InternalError
 from popjit.kernels.jit import atomic_write, cache_root, fingerprint, usable_dir, warn_once
+
+_log = logging.getLogger("popjit")
 
 #: Told ``(done, total)`` as the callees of a program library are compiled.
 Progress = Callable[[int, int], None]
@@ -46,11 +52,12 @@ MAGIC = "popjit-program-library-1"
 class ProgramLibrary:
     """Loaded machine code: the engine's entry point, and ``addresses[i]`` the C entry point of callee ``i``."""
 
-    def __init__(self, library: Any, engine: int, addresses: list[int], compiled: int) -> None:
+    def __init__(self, library: Any, engine: int, addresses: list[int], compiled: int, through_numba: int = 0) -> None:
         self._library = library  # why: owns the machine code behind the addresses
         self.engine = engine
         self.addresses = addresses
         self.compiled = compiled  # functions compiled to build it (0: loaded from the cache)
+        self.through_numba = through_numba  # of those, compiled by Numba's pipeline (the rest: codegen/direct.py)
 
 
 def library_key(engine: str, callees: Sequence[tuple[str, tuple]]) -> str:
@@ -92,19 +99,23 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
     target.refresh()
     library = target.codegen().create_library("popjit_program")
     library.enable_object_caching()
+    direct = _DirectCodelets(library) if config.get("DIRECT_CODELETS") else None
     symbols: dict[tuple[int, tuple], str] = {}
     environments = []
     total = len({(id(fn), types) for (_, types), fn in zip(callees, functions)})
     for (name, types), fn in zip(callees, functions):
         if (id(fn), types) in symbols:
             continue
-        compiled = compiler.compile_extra(typing, target, fn.py_func, types, None, _flags(fn), fn._compiler.locals,
-                                          library=library)
-        returns = numba.types.unliteral(compiled.signature.return_type)
-        if returns != numba.types.int64:  # the engine calls it as returning int64: anything else is a bug
-            raise InternalError(f"popjit: {name} returns {returns}, not int64")
-        symbols[(id(fn), types)] = compiled.fndesc.llvm_cfunc_wrapper_name
-        environments.append(compiled.environment)
+        symbol = direct.emit(fn, types) if direct is not None else None
+        if symbol is None:
+            compiled = compiler.compile_extra(typing, target, fn.py_func, types, None, _flags(fn),
+                                              fn._compiler.locals, library=library)
+            returns = numba.types.unliteral(compiled.signature.return_type)
+            if returns != numba.types.int64:  # the engine calls it as returning int64: anything else is a bug
+                raise InternalError(f"popjit: {name} returns {returns}, not int64")
+            symbol = compiled.fndesc.llvm_cfunc_wrapper_name
+            environments.append(compiled.environment)
+        symbols[(id(fn), types)] = symbol
         if progress is not None:
             progress(len(symbols), total)
     library.add_ir_module(engine_module)
@@ -114,7 +125,40 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
     addresses = [library.get_pointer_to_function(n) for n in names]
     saved_environments = [(env.env_name, list(env.consts)) for env in environments]
     entry = (MAGIC, key, library.serialize_using_object_code(), engine, names, saved_environments)
-    return ProgramLibrary(library, library.get_pointer_to_function(engine), addresses, len(symbols)), entry
+    built = ProgramLibrary(library, library.get_pointer_to_function(engine), addresses, len(symbols), len(environments))
+    return built, entry
+
+
+class _DirectCodelets:
+    """Generated codelets written as LLVM IR by :mod:`popjit.codegen.direct`, one module each, into the
+    program library (those it cannot translate are left to Numba)."""
+
+    def __init__(self, library: Any) -> None:
+        self.library = library
+        self.context: Any = None
+        self.count = 0
+
+    def emit(self, fn: Any, types: tuple) -> str | None:
+        """The symbol of ``fn`` for ``types`` added to the library, or None (not a generated codelet, or
+        outside what the translator handles)."""
+        source = getattr(sys.modules.get(fn.py_func.__module__), "__source__", None)
+        if source is None:
+            return None
+        if self.context is None:
+            self.context = compiler._make_subtarget(cpu_target.target_context, _flags(fn))
+        name = fn.py_func.__name__
+        symbol = f"{name}.{self.count}"
+        module = self.context.create_module(symbol)
+        try:
+            with self.context.push_code_library(self.library):
+                emit_codelet(self.context, module, symbol, source, name, fn.py_func.__globals__, types)
+        except Unsupported as e:
+            _log.debug("%s is compiled by Numba: %s", name, e)
+            return None
+        self.context.post_lowering(module, self.library)  # why: the codelet's fast-math flags
+        self.library.add_ir_module(module)
+        self.count += 1
+        return symbol
 
 
 def _flags(fn: Any) -> compiler.Flags:

@@ -7,6 +7,10 @@ signature is::
 
     int64 engine(void **data, int64 *sizes, int64 *P, double *F, int64 *S, int64 *R, int64 *K)
 
+A call the statement tree marks ``split`` runs a codelet over ranges of its outermost loop on
+Numba's thread pool (``numba_parallel_for``, through a small task function per codelet that
+unpacks the arguments from a stack frame), or inline when one task's worth of iterations would do.
+
 ``data``/``sizes``: each buffer's address and element count; ``P``, ``F``, ``S``, ``R`` as in
 :mod:`popjit.codegen.engine`; ``K``: the callees' C entry points (Numba's cfunc wrappers), each of
 which takes Numba's array structure by value for a buffer, so the engine builds one per buffer
@@ -132,15 +136,99 @@ class _Builder:
         b = self.builder
         types = self.argument_types[node.slot]
         args = [self.argument(expr, t) for expr, t in zip(node.args, types)]
-        fnty = ir.FunctionType(_I64, [a.type for a in args])
-        target = b.inttoptr(self.element(self.callees, node.slot, _I64), fnty.as_pointer())
-        result = b.call(target, args)
+        if node.split is None:
+            result = b.call(self.callee(node.slot, [a.type for a in args]), args)
+        else:
+            result = self.split(node, args)
         if node.trap is not None:
             self.return_if(b.icmp_signed("!=", result, _I64(0)),
                            b.or_(_I64(TRAPPED | (node.trap << 8)), result))
         if node.rounds:
             pointer = b.gep(b.bitcast(self.rounding, _I64.as_pointer()), [_I64(2)])
             b.store(b.add(b.load(pointer), _I64(1)), pointer)
+
+    def callee(self, slot: int, argument_types: list[ir.Type]) -> ir.Value:
+        """``K[slot]`` as a pointer to a function of ``argument_types`` returning int64."""
+        fnty = ir.FunctionType(_I64, argument_types)
+        return self.builder.inttoptr(self.element(self.callees, slot, _I64), fnty.as_pointer())
+
+    def split(self, node: Invoke, args: list[ir.Value]) -> ir.Value:
+        """Run the callee over ranges of its outermost loop: inline when one task's worth of
+        iterations or one thread, else one range per thread on Numba's thread pool (its
+        ``parallel_for`` splits ``[0, count)`` evenly and waits for every task). The result is the
+        bitwise OR of the ranges' results (their trap masks)."""
+        b = self.builder
+        assert node.split is not None
+        count, grain = (self.argument(expr, numba.types.int64) for expr in node.split)
+        threads = b.sext(b.call(self.runtime("get_num_threads", ir.IntType(32), []), []), _I64)
+        wanted = b.sdiv(b.add(count, b.sub(grain, _I64(1))), grain)
+        tasks = b.select(b.icmp_signed("<", wanted, threads), wanted, threads)
+        frame_type = ir.LiteralStructType([_I64, _I64, *(a.type for a in args)])  # callee, result, arguments
+        frame = self.local(frame_type)
+        with b.if_else(b.icmp_signed("<=", tasks, _I64(1))) as (inline, threaded):
+            with inline:
+                fn = self.callee(node.slot, [*(a.type for a in args), _I64, _I64])
+                b.store(b.call(fn, [*args, _I64(0), count]), self.field(frame, 1))
+            with threaded:
+                b.store(self.element(self.callees, node.slot, _I64), self.field(frame, 0))
+                b.store(_I64(0), self.field(frame, 1))
+                for i, a in enumerate(args):
+                    b.store(a, self.field(frame, 2 + i))
+                self.parallel_for(self.task(node.slot, frame_type), count, tasks, frame)
+        return b.load(self.field(frame, 1))
+
+    def field(self, struct_pointer: ir.Value, index: int) -> ir.Value:
+        return self.builder.gep(struct_pointer, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), index)])
+
+    def local(self, llty: ir.Type) -> ir.Value:
+        """A stack slot of ``llty``, allocated in the entry block (so loops reuse it)."""
+        b = self.builder
+        with b.goto_block(self.function.entry_basic_block):
+            b.position_at_start(self.function.entry_basic_block)
+            return b.alloca(llty)
+
+    def runtime(self, name: str, returns: ir.Type, arguments: list[ir.Type]) -> ir.Function:
+        """A function of Numba's parallel runtime, declared in the module (resolved when linked)."""
+        module = self.function.module
+        if name in module.globals:
+            return module.globals[name]
+        return ir.Function(module, ir.FunctionType(returns, arguments), name)
+
+    def parallel_for(self, task: ir.Function, count: ir.Value, tasks: ir.Value, frame: ir.Value) -> None:
+        """``numba_parallel_for``: ``tasks`` calls of ``task`` on the pool's threads, over ``[0, count)``
+        cut into equal ranges; a task's range starts at its ``args[0]`` (0 plus a step of 1 per
+        iteration) and has ``dims[0]`` iterations."""
+        b = self.builder
+        start, dims, steps = self.local(_PTR), self.local(_I64), self.local(_I64)
+        b.store(ir.Constant(_PTR, None), start)
+        b.store(count, dims)
+        b.store(_I64(1), steps)
+        launch = self.runtime("numba_parallel_for", ir.VoidType(), [_PTR] * 5 + [_I64, _I64, ir.IntType(32)])
+        pointers = [b.bitcast(p, _PTR) for p in (task, start, dims, steps, frame)]
+        b.call(launch, [*pointers, _I64(0), _I64(1), b.trunc(tasks, ir.IntType(32))])
+
+    def task(self, slot: int, frame_type: ir.LiteralStructType) -> ir.Function:
+        """The pool's task for ``K[slot]``: ``void task(i8 **args, i64 *dims, i64 *steps, i8 *frame)``
+        calls the callee with the frame's arguments over its range and ORs the result into the frame."""
+        module = self.function.module
+        name = f"{self.src.name}.task{slot}"
+        if name in module.globals:
+            return module.globals[name]
+        function = ir.Function(module, ir.FunctionType(ir.VoidType(), [_PTR.as_pointer(), _I64.as_pointer(),
+                                                                      _I64.as_pointer(), _PTR]), name)
+        function.linkage = "internal"
+        args, dims, _, data = function.args
+        b = ir.IRBuilder(function.append_basic_block("entry"))
+        frame = b.bitcast(data, frame_type.as_pointer())
+        at = [ir.Constant(ir.IntType(32), 0)]
+        fields = [b.load(b.gep(frame, at + [ir.Constant(ir.IntType(32), i)])) for i in range(len(frame_type.elements))]
+        lo = b.ptrtoint(b.load(args), _I64)
+        hi = b.add(lo, b.load(dims))
+        fnty = ir.FunctionType(_I64, [*frame_type.elements[2:], _I64, _I64])
+        result = b.call(b.inttoptr(fields[0], fnty.as_pointer()), [*fields[2:], lo, hi])
+        b.atomic_rmw("or", b.gep(frame, at + [ir.Constant(ir.IntType(32), 1)]), result, "monotonic")
+        b.ret_void()
+        return function
 
     def return_if(self, condition: ir.Value, value: ir.Value) -> None:
         with self.builder.if_then(condition, likely=False):

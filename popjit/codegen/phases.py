@@ -85,10 +85,14 @@ class Phases:
         return ", ".join(f"{p.name} {p.seconds:.3f} s" for p in self.done)
 
 
-def codelets_note(compiled: int, callees: int) -> str:
-    """What the machine-code phase did: ``12 codelets compiled, 0 from the cache``, or with nothing
-    compiled (a program library loaded from the cache) ``0 codelets compiled, 12 from the cache``."""
-    return f"{compiled} codelet{'' if compiled == 1 else 's'} compiled, {0 if compiled else callees} from the cache"
+def codelets_note(compiled: int, callees: int, through_numba: int = 0) -> str:
+    """What the machine-code phase did: ``12 codelets compiled, 0 from the cache, 2 through Numba``
+    (``through_numba``: how many went through Numba's pipeline rather than straight to LLVM IR), or
+    with nothing compiled (a program library loaded from the cache) ``0 codelets compiled, 12 from
+    the cache``."""
+    numba = f", {through_numba} through Numba" if through_numba else ""
+    plural = "" if compiled == 1 else "s"
+    return f"{compiled} codelet{plural} compiled, {0 if compiled else callees} from the cache{numba}"
 
 
 class CompileProgress:

@@ -7,7 +7,9 @@ in sizes therefore render to the same text and share one compiled function; the 
 the numbers.
 
 Codelet signature: ``def codelet(b0, b1, ..., p0, p1, ..., f0, ...)`` where ``b`` are flat
-buffers (float16 as uint16 bit patterns), ``p`` int64 and ``f`` float64 scalars.
+buffers (float16 as uint16 bit patterns), ``p`` int64 and ``f`` float64 scalars. A codelet the
+engine may run on several threads takes two more, ``lo, hi``: the range of its outermost loop to
+run (:attr:`Rendered.split` says how the engine cuts that loop; :mod:`popjit.codegen.native`).
 
 The program's :class:`~popjit.codegen.numerics.Numerics` (``IPUConfig.floating_point_behaviour``)
 changes two things, and nothing at all when every option is off: how results round to float16
@@ -44,14 +46,13 @@ from popjit.ops import registry
 from popjit.ops.reduce import REDUCTIONS, Reduction
 
 HEADER = """import numpy as np
-from numba import prange
 from popjit.kernels import math as km
 from popjit.kernels import random as kr
 from popjit.kernels import rounding as kq
 from popjit.kernels.bits import f16_to_f32, f32_to_f16
 """
 CHUNK = 1 << 15  # elements per parallel chunk
-SERIAL, PARALLEL = "@CODELET", "@PARALLEL_CODELET"  # decorator placeholders, filled by codegen.compile
+SERIAL = "@CODELET"  # the decorator placeholder, filled by codegen.compile
 
 
 @dataclass
@@ -63,9 +64,14 @@ class Rendered:
     buffers: list[Buffer]
     ints: list[int]
     floats: list[float]
-    parallel: bool = False
+    split: tuple[int, int] | None = None  # parallel: (outermost loop's trip count, iterations per task)
     rounding_state: bool = False  # takes the device's stochastic-rounding key and call number
     traps: bool = False  # returns a trap mask (0: no exception)
+
+    @property
+    def parallel(self) -> bool:
+        """Whether the engine may split the codelet's outermost loop over threads."""
+        return self.split is not None
 
     @property
     def key(self) -> str:
@@ -431,59 +437,44 @@ def _reduce_init(red: Reduction, dtype: DType) -> str:
 
 
 def render_kernel(k: Kernel, parallel: bool = False, numerics: Numerics = DEFAULT) -> Rendered:
-    """Render a kernel as a Numba codelet. ``parallel`` splits the outermost loop over threads;
+    """Render a kernel as a Numba codelet. ``parallel``: the codelet runs a range ``[lo, hi)`` of its
+    outermost loop (two more arguments) so the engine can split that loop over threads;
     ``numerics``: the program's floating-point behaviour."""
     params = _Params()
     hoisted: list[str] = []
     fp = _FloatPoint(numerics, {})
+    parallel = parallel and bool(k.domain) and _splittable(k)
     if k.reduce is None:
         lines = _render_elementwise(k, params, hoisted, parallel, fp)
     elif k.reduce.mode == "scan":
         lines = _render_scan(k, params, hoisted, fp)
-        parallel = False
     elif REDUCTIONS[k.reduce.op].is_arg:
         lines = _render_argreduce(k, params, hoisted, fp)
-        parallel = False
     else:
         lines = _render_reduce(k, params, hoisted, parallel, fp)
-        parallel = parallel and bool(k.domain) and _inner_reduce(k)  # only that form has a prange loop
     args = [f"b{i}" for i in range(len(params.buffers))]
     args += [f"p{i}" for i in range(len(params.ints))] + [f"f{i}" for i in range(len(params.floats))]
     if fp.lanes:
         args += ["sk0", "sk1", "sc"]
+    if parallel:
+        args += ["lo", "hi"]
     body = _indent(fp.prologue() + hoisted, 1) + _indent(lines, 1) + [f"    return {fp.result()}"]
     sig_dtypes = ", ".join(f"{b.dtype.short}" for b in params.buffers)
-    head = f"# buffers: {sig_dtypes}\n"
-    if parallel:
-        text = head + _parallel_source(", ".join(args), body, params.domain_sizes, fp.traps)
-    else:
-        text = head + f"{SERIAL}\ndef NAME({', '.join(args)}):\n" + "\n".join(body) + "\n"
+    text = f"# buffers: {sig_dtypes}\n{SERIAL}\ndef NAME({', '.join(args)}):\n" + "\n".join(body) + "\n"
     name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:20]
-    return Rendered(text.replace("NAME", name), name, params.buffers, params.ints, params.floats, parallel,
+    split = (int(k.domain[0]), max(1, CHUNK // max(1, math.prod(int(d) for d in k.domain[1:])))) if parallel else None
+    return Rendered(text.replace("NAME", name), name, params.buffers, params.ints, params.floats, split,
                     bool(fp.lanes), fp.traps)
 
 
-def _parallel_source(args: str, body: list[str], sizes: list[str], traps: bool = False) -> str:
-    """A serial ``NAME_chunk`` over outer rows ``[lo, hi)`` (it vectorises: Numba inlines the scalar math
-    into it, which it does not inside a ``prange`` body) and a ``prange`` driver calling it per chunk
-    (with ``traps``, combining the chunks' trap masks)."""
-    inner = " * ".join(sizes[1:]) or "1"
-    call = f"NAME_chunk({args}, lo, min(lo + rows, {sizes[0]}))"
-    if not traps:
-        loop, result = [f"        {call}"], "0"
-    else:
-        loop = [f"        t = {call}", *(f"        m{1 << k} += (t >> {k}) & 1" for k in range(3))]
-        result = "(m1 > 0) * 1 + (m2 > 0) * 2 + (m4 > 0) * 4"
-    return "\n".join([
-        f"{SERIAL}", f"def NAME_chunk({args}, lo, hi):", *body, "", "",
-        f"{PARALLEL}", f"def NAME({args}):",
-        f"    rows = max(1, {CHUNK} // max(1, {inner}))",
-        *(["    m1 = 0", "    m2 = 0", "    m4 = 0"] if traps else []),
-        f"    for ch in prange(({sizes[0]} + rows - 1) // rows):",
-        "        lo = ch * rows",
-        *loop,
-        f"    return {result}", "",
-    ])
+def _splittable(k: Kernel) -> bool:
+    """Whether the outermost loop's iterations are independent, so threads may run ranges of it:
+    element-wise kernels and reductions that keep the outermost axis and accumulate in registers."""
+    if k.reduce is None:
+        return True
+    if k.reduce.mode == "scan" or REDUCTIONS[k.reduce.op].is_arg:
+        return False
+    return _reduce_in_registers(k)
 
 
 def _domain_loops(k: Kernel, params: _Params, chunked: bool, fp: _FloatPoint) -> tuple[list[str], int]:
@@ -539,6 +530,15 @@ def _render_elementwise(k: Kernel, params: _Params, hoisted: list[str], parallel
     return out
 
 
+def _reduce_in_registers(k: Kernel) -> bool:
+    """Whether a reduction accumulates in a register per output element (the outer loops run over the
+    kept axes, the reduction loops inside), rather than over whole rows of its output buffer."""
+    assert k.reduce is not None
+    (store,) = k.stores
+    acc_t = REDUCTIONS[k.reduce.op].accumulator(store.value.dtype)
+    return _inner_reduce(k) or not k.domain or acc_t != store.buf.dtype
+
+
 def _inner_reduce(k: Kernel) -> bool:
     """Reduce in registers (reduction loops innermost) unless a kept axis is the unit-stride one."""
     (store,) = k.stores
@@ -569,7 +569,7 @@ def _render_reduce(k: Kernel, params: _Params, hoisted: list[str], parallel: boo
     red = REDUCTIONS[k.reduce.op]
     acc_t = red.accumulator(store.value.dtype)
     rnames = [f"r{j}" for j in range(len(k.reduce.rdomain))]
-    if _inner_reduce(k) or not k.domain or acc_t != store.buf.dtype:
+    if _reduce_in_registers(k):
         head, depth = _domain_loops(k, params, parallel, fp)
         rloops, rdepth = _loops(rnames, _reduction_sizes(k, params, fp))
         body = _Body(params, hoisted, fp=fp)
