@@ -201,7 +201,8 @@ class _Emitter(StmtVisitor):
         self.body.append(Invoke(slot, tuple(args), comment, trap, rounds, ranges))
 
     def visit_kernel(self, s: Kernel) -> None:
-        parallel = (s.size >= config.get("PARALLEL_MIN_ELEMENTS") and not config.get("DISABLE_NUMBA")
+        work = s.size * (int(np.prod(s.reduce.rdomain, dtype=np.int64)) if s.reduce is not None else 1)
+        parallel = (work >= config.get("PARALLEL_MIN_ELEMENTS") and not config.get("DISABLE_NUMBA")
                     and not scatters(s))
         r = render_kernel(s, parallel, self.numerics)
         self.codelets[r.func] = r

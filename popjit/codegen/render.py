@@ -449,7 +449,7 @@ def render_kernel(k: Kernel, parallel: bool = False, numerics: Numerics = DEFAUL
     elif k.reduce.mode == "scan":
         lines = _render_scan(k, params, hoisted, fp)
     elif REDUCTIONS[k.reduce.op].is_arg:
-        lines = _render_argreduce(k, params, hoisted, fp)
+        lines = _render_argreduce(k, params, hoisted, parallel, fp)
     else:
         lines = _render_reduce(k, params, hoisted, parallel, fp)
     args = [f"b{i}" for i in range(len(params.buffers))]
@@ -469,12 +469,13 @@ def render_kernel(k: Kernel, parallel: bool = False, numerics: Numerics = DEFAUL
 
 def _splittable(k: Kernel) -> bool:
     """Whether the outermost loop's iterations are independent, so threads may run ranges of it:
-    element-wise kernels and reductions that keep the outermost axis and accumulate in registers."""
+    element-wise kernels, arg-reductions, and reductions that keep the outermost axis and accumulate
+    in registers."""
     if k.reduce is None:
         return True
-    if k.reduce.mode == "scan" or REDUCTIONS[k.reduce.op].is_arg:
+    if k.reduce.mode == "scan":
         return False
-    return _reduce_in_registers(k)
+    return REDUCTIONS[k.reduce.op].is_arg or _reduce_in_registers(k)
 
 
 def _domain_loops(k: Kernel, params: _Params, chunked: bool, fp: _FloatPoint) -> tuple[list[str], int]:
@@ -591,12 +592,12 @@ def _render_reduce(k: Kernel, params: _Params, hoisted: list[str], parallel: boo
         (head + _indent(checks, depth) if checks else [])
 
 
-def _render_argreduce(k: Kernel, params: _Params, hoisted: list[str], fp: _FloatPoint) -> list[str]:
+def _render_argreduce(k: Kernel, params: _Params, hoisted: list[str], parallel: bool, fp: _FloatPoint) -> list[str]:
     assert k.reduce is not None
     (store,) = k.stores
     red = REDUCTIONS[k.reduce.op]
     better = red.better
-    head, depth = _domain_loops(k, params, False, fp)
+    head, depth = _domain_loops(k, params, parallel, fp)
     n = params.int(k.reduce.rdomain[0])
     body = _Body(params, hoisted, fp=fp)
     v = body.expr(store.value)

@@ -519,3 +519,20 @@ def test__parallel_reductions__match_reference(shape: tuple[int, ...], axis: Any
         assert_reduced(total, expected, _magnitude(row, x * x, params), x.size, f"sum via {path}")
         assert_matches(top, registry.get("reduce_max").reference(x, axes=_norm_axes(axis, x.ndim), keepdims=False),
                        exact=True, where=f"max via {path}")
+
+
+@pytest.mark.parametrize(("shape", "axis"), [((4099, 6), 1), ((4, 997, 7), 1), ((6, 4099), 0)])
+def test__parallel_argmax__first_extreme_as_numpy(shape: tuple[int, ...], axis: int) -> None:
+    """Arg-reductions of enough work (outputs x reduced elements, threshold lowered) run on several
+    threads in ranges of their outer loop; ties and NaN keep the first index, as NumPy's."""
+    from popjit import config
+
+    x = np.random.default_rng(4).integers(-3, 3, shape).astype(np.float32)  # many ties
+    x.reshape(-1)[::101] = np.nan
+    with config.context(PARALLEL_MIN_ELEMENTS=1024):
+        fn = tf.function(lambda v: (tf.argmax(v, axis=axis), tf.argmin(v, axis=axis)), jit_compile=True)
+        top, bottom = fn(x)
+        engine = fn.get_concrete_function(x).executable("cpu").as_text("engine")
+    assert engine.count("split(") == 2, engine
+    np.testing.assert_array_equal(top.numpy(), np.argmax(x, axis=axis))
+    np.testing.assert_array_equal(bottom.numpy(), np.argmin(x, axis=axis))
