@@ -61,9 +61,11 @@ class ProgramLibrary:
 
 
 def library_key(engine: str, callees: Sequence[tuple[str, tuple]]) -> str:
-    """The cache key of a program library: its engine, its callees' names and argument types, the host CPU."""
+    """The cache key of a program library: its engine, its callees' names and argument types, the host
+    CPU, and how its codelets are built (``POPJIT_DIRECT_CODELETS``)."""
     host = cpu_target.target_context.codegen().magic_tuple()
-    text = repr((fingerprint(), host, engine, [(name, tuple(str(t) for t in types)) for name, types in callees]))
+    text = repr((fingerprint(), host, engine, [(name, tuple(str(t) for t in types)) for name, types in callees],
+                 bool(config.get("DIRECT_CODELETS"))))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

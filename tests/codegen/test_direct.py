@@ -25,7 +25,7 @@ import popjit.tensorflow as tf
 from popjit import config
 from popjit.codegen import compile as compile_module
 from popjit.codegen.direct import Unsupported, emit_codelet
-from popjit.codegen.library import _flags
+from popjit.codegen.library import _flags, library_key
 from popjit.kernels import math as km
 from popjit.kernels.jit import OPTIONS, codelet
 from popjit.pipeline import cache as executable_cache
@@ -191,3 +191,13 @@ def test__program__same_results_with_and_without_direct_codelets(tmp_path: Any) 
     assert libraries[False].through_numba == libraries[False].compiled
     for a, b in zip(results[True], results[False]):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test__cache_key__says_how_the_codelets_were_built() -> None:
+    # a library built with Numba's pipeline is not loaded for a process that asked for direct codelets
+    callees = [("k_0", (types.int64,))]
+    with config.context(DIRECT_CODELETS=True):
+        direct = library_key("e_0", callees)
+    with config.context(DIRECT_CODELETS=False):
+        through_numba = library_key("e_0", callees)
+    assert direct != through_numba

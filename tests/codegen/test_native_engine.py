@@ -106,4 +106,3 @@ def test__engine__one_object_per_engine_and_callees():
     b = fn.get_concrete_function(large, np.int32(2)).executable("cpu")
     assert a.engine is b.engine, "a new size reuses the engine and its linked codelets"
     assert len(a.engine._linked) == 1
-
