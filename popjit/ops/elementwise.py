@@ -234,8 +234,16 @@ def _pow_ref(x: np.ndarray, y: np.ndarray) -> np.ndarray:
             exp >>= 1
         out = np.where(neg, np.where(xb == 1, 1, np.where(xb == -1, np.where(yb % 2 == 0, 1, -1), 0)), out)
         return out.astype(x.dtype)
+    xf, yf = np.broadcast_arrays(x.astype(np.float64), y.astype(np.float64))
     with np.errstate(all="ignore"):
-        return np.power(x.astype(np.float64), y.astype(np.float64)).astype(x.dtype)
+        out = np.power(xf, yf)
+        # C99's pow (TensorFlow's, and the kernels') where NumPy's differs: a negative base of -inf
+        # or -0 to a power that is not an odd integer gives +inf or +0 (NumPy: NaN, -0)
+        odd = (np.floor(yf) == yf) & (np.fmod(np.abs(yf), 2.0) == 1.0)
+        even_sign = ~odd & ~np.isnan(yf) & (yf != 0)
+        out = np.where(np.isneginf(xf) & even_sign, np.where(yf > 0, np.inf, 0.0), out)
+        out = np.where((xf == 0) & np.signbit(xf) & even_sign & (yf > 0), 0.0, out)
+    return out.astype(x.dtype)
 
 
 _ADD = _c((1, 2, True), (1, 4, True), (7, 1, False), assembly=True)

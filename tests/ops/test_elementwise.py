@@ -840,3 +840,15 @@ def test__parallel_codelets__match_reference() -> None:
     with config.context(PARALLEL_MIN_ELEMENTS=1024):
         results = run_all(fn, x, y, h, paths=("jit", "ipu"))
     check_paths(results, expected, what="parallel element-wise")
+
+
+def test__pow__negative_infinity_and_zero_bases__follow_c_pow_as_tensorflow() -> None:
+    # NumPy's power differs here (NaN for -inf ** 0.5, -0 for -0 ** 0.5); TensorFlow and the kernels follow C99
+    x = np.array([-np.inf, -np.inf, -np.inf, -np.inf, -0.0, -0.0, -0.0], np.float32)
+    y = np.array([0.5, -0.5, 3.0, -3.0, 0.5, -0.5, 3.0], np.float32)
+    want = np.array([np.inf, 0.0, -np.inf, -0.0, 0.0, np.inf, -0.0], np.float32)
+    reference = registry.get("pow").reference(x, y)
+    computed = tf.function(tf.pow, jit_compile=True)(x, y).numpy()
+    for got in (reference, computed):
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
