@@ -111,7 +111,7 @@ class _Typer:
             value = self.expr(s.value)
             self.assign(s.targets[0], value)
         elif isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
-            value = self.binary(s, _BINARY.get(type(s.op)), [self.variable(s.target.id, s), self.expr(s.value)])
+            value = self.operation(s, _BINARY.get(type(s.op)), [self.variable(s.target.id, s), self.expr(s.value)])
             self.assign(s.target, value)
         elif isinstance(s, ast.For) and isinstance(s.target, ast.Name) and not s.orelse:
             count = self.range_count(s.iter)
@@ -170,7 +170,7 @@ class _Typer:
                 raise _unsupported(node)
             return numba.typeof(value)
         if isinstance(node, ast.BinOp):
-            return self.binary(node, _BINARY.get(type(node.op)), [self.expr(node.left), self.expr(node.right)])
+            return self.operation(node, _BINARY.get(type(node.op)), [self.expr(node.left), self.expr(node.right)])
         if isinstance(node, ast.UnaryOp):
             return self.operation(node, _UNARY.get(type(node.op)), [self.expr(node.operand)])
         if isinstance(node, ast.Compare) and len(node.ops) == 1:
@@ -222,9 +222,6 @@ class _Typer:
         if t is None or not isinstance(t, (types.Number, types.Boolean)):
             raise _unsupported(node)
         return t
-
-    def binary(self, node: ast.AST, op: Callable | None, operands: list[types.Type]) -> types.Type:
-        return self.operation(node, op, operands)
 
     def operation(self, node: ast.AST, op: Any, operands: list[types.Type]) -> types.Type:
         """Type ``op(*operands)`` as Numba does; remember the signature and the function to lower."""
