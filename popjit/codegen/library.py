@@ -12,8 +12,9 @@ they are called with and the host CPU. A later process loads that one file: no t
 lowering, and not even Numba's typing registries (a 0.7 s start-up that imports SciPy) are
 needed, so a cached program starts in milliseconds.
 
-Scalar kernels a codelet calls (``km.exp``…) are still Numba functions cached once per machine;
-their code is linked into each program library that uses them (and inlined, so loops vectorise).
+Scalar kernels a codelet calls (``km.exp``…) and the library kernels the engine calls
+(``matmul_f32``…) are Numba functions cached once per machine; their code is linked into each
+program library that uses them (the scalar ones inlined, so loops vectorise).
 A damaged entry is warned about once, deleted and built again, as every cache file is.
 """
 
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numba
+from llvmlite import ir
 from numba.core import compiler
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.environment import Environment, lookup_environment
@@ -57,7 +59,7 @@ class ProgramLibrary:
         self.engine = engine
         self.addresses = addresses
         self.compiled = compiled  # functions compiled to build it (0: loaded from the cache)
-        self.through_numba = through_numba  # of those, compiled by Numba's pipeline (the rest: codegen/direct.py)
+        self.through_numba = through_numba  # of those, generated codelets compiled by Numba's pipeline
 
 
 def library_key(engine: str, callees: Sequence[tuple[str, tuple]]) -> str:
@@ -109,6 +111,8 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
         if (id(fn), types) in symbols:
             continue
         symbol = direct.emit(fn, types) if direct is not None else None
+        if symbol is None and fn.py_func.__module__.startswith(KERNELS):
+            symbol = _link_kernel(library, fn, types, f"popjit.kernel.{len(symbols)}")
         if symbol is None:
             compiled = compiler.compile_extra(typing, target, fn.py_func, types, None, _flags(fn),
                                               fn._compiler.locals, library=library)
@@ -129,6 +133,34 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
     entry = (MAGIC, key, library.serialize_using_object_code(), engine, names, saved_environments)
     built = ProgramLibrary(library, library.get_pointer_to_function(engine), addresses, len(symbols), len(environments))
     return built, entry
+
+
+#: The package of popjit's kernel library (matmuls, copies…), compiled once per machine.
+KERNELS = "popjit.kernels."
+
+
+def _link_kernel(library: Any, fn: Any, types: tuple, symbol: str) -> str:
+    """Link library kernel ``fn`` for ``types`` into ``library`` from its dispatcher (Numba's on-disk
+    cache after the first time on a machine, where compiling it into each program cost 0.2 s for
+    ``matmul_f32`` alone), behind a strong entry point ``symbol`` that calls its C entry point.
+    why: a linked library's functions become weak (``linkonce_odr``) symbols, which a program
+    library loaded from the cache in a later process does not resolve."""
+    if types not in fn.overloads:
+        fn.compile(types)
+    compiled = fn.overloads[types]
+    returns = numba.types.unliteral(compiled.signature.return_type)
+    if returns != numba.types.int64:  # the engine calls it as returning int64: anything else is a bug
+        raise InternalError(f"popjit: {fn.py_func.__name__} returns {returns}, not int64")
+    context = cpu_target.target_context
+    module = context.create_module(symbol)
+    fnty = ir.FunctionType(ir.IntType(64), [context.get_value_type(t) for t in types])
+    target = ir.Function(module, fnty, compiled.fndesc.llvm_cfunc_wrapper_name)
+    entry = ir.Function(module, fnty, symbol)
+    builder = ir.IRBuilder(entry.append_basic_block())
+    builder.ret(builder.call(target, entry.args))
+    library.add_ir_module(module)
+    library.add_linking_library(compiled.library)
+    return symbol
 
 
 class _DirectCodelets:
