@@ -56,7 +56,8 @@ PROGRAM = textwrap.dedent(f"""
 
 
 def test__sigint_during_a_device_loop__stops_it_and_the_next_call_works(tmp_path):
-    env = {**os.environ, "POPJIT_CACHE_DIR": str(tmp_path / "cache")}
+    # why faulthandler: a child that died silently once (a loaded CI host) leaves its stack on stderr next time
+    env = {**os.environ, "POPJIT_CACHE_DIR": str(tmp_path / "cache"), "PYTHONFAULTHANDLER": "1"}
     child = subprocess.Popen([sys.executable, "-c", PROGRAM], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env)
     try:
