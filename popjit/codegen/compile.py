@@ -133,18 +133,9 @@ def _codelet_suffix() -> str:
 
 
 
-PYTHON_HELPERS = """def call(fn, args):
-    return fn(*args)
-
-
-def split(fn, count, grain, args):
-    return fn(*args, 0, count)
-"""
-
-
 def engine_module_source(src: EngineSource) -> str:
     """The module of an engine run as Python (``POPJIT_DISABLE_NUMBA``)."""
-    return f"{PYTHON_HELPERS}\n\n{src.source}"
+    return f"def call(fn, args):\n    return fn(*args)\n\n\n{src.source}"
 
 
 class Engine:

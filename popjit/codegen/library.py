@@ -116,9 +116,7 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
         if symbol is None:
             compiled = compiler.compile_extra(typing, target, fn.py_func, types, None, _flags(fn),
                                               fn._compiler.locals, library=library)
-            returns = numba.types.unliteral(compiled.signature.return_type)
-            if returns != numba.types.int64:  # the engine calls it as returning int64: anything else is a bug
-                raise InternalError(f"popjit: {name} returns {returns}, not int64")
+            _check_returns_int64(name, compiled)
             symbol = compiled.fndesc.llvm_cfunc_wrapper_name
             environments.append(compiled.environment)
         symbols[(id(fn), types)] = symbol
@@ -135,6 +133,13 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
     return built, entry
 
 
+def _check_returns_int64(name: str, compiled: Any) -> None:
+    """The engine calls every callee as returning int64: anything else is a bug."""
+    returns = numba.types.unliteral(compiled.signature.return_type)
+    if returns != numba.types.int64:
+        raise InternalError(f"popjit: {name} returns {returns}, not int64")
+
+
 #: The package of popjit's kernel library (matmuls, copies…), compiled once per machine.
 KERNELS = "popjit.kernels."
 
@@ -148,9 +153,7 @@ def _link_kernel(library: Any, fn: Any, types: tuple, symbol: str) -> str:
     if types not in fn.overloads:
         fn.compile(types)
     compiled = fn.overloads[types]
-    returns = numba.types.unliteral(compiled.signature.return_type)
-    if returns != numba.types.int64:  # the engine calls it as returning int64: anything else is a bug
-        raise InternalError(f"popjit: {fn.py_func.__name__} returns {returns}, not int64")
+    _check_returns_int64(fn.py_func.__name__, compiled)
     context = cpu_target.target_context
     module = context.create_module(symbol)
     fnty = ir.FunctionType(ir.IntType(64), [context.get_value_type(t) for t in types])

@@ -58,6 +58,11 @@ class NativeEngine:
                                   callees.ctypes.data))
 
 
+def _field(builder: ir.IRBuilder, struct_pointer: ir.Value, index: int) -> ir.Value:
+    """A pointer to field ``index`` of the structure ``struct_pointer`` points to."""
+    return builder.gep(struct_pointer, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), index)])
+
+
 def engine_module(src: EngineSource, argument_types: Sequence[Any]) -> ir.Module:
     """The LLVM module of ``src``'s engine, a function named ``src.name`` (``argument_types``: the
     Numba types of its callees' arguments, one tuple per :class:`~popjit.codegen.engine.Callee`).
@@ -178,7 +183,7 @@ class _Builder:
         return b.load(self.field(frame, 1))
 
     def field(self, struct_pointer: ir.Value, index: int) -> ir.Value:
-        return self.builder.gep(struct_pointer, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), index)])
+        return _field(self.builder, struct_pointer, index)
 
     def local(self, llty: ir.Type) -> ir.Value:
         """A stack slot of ``llty``, allocated in the entry block (so loops reuse it)."""
@@ -220,13 +225,12 @@ class _Builder:
         args, dims, _, data = function.args
         b = ir.IRBuilder(function.append_basic_block("entry"))
         frame = b.bitcast(data, frame_type.as_pointer())
-        at = [ir.Constant(ir.IntType(32), 0)]
-        fields = [b.load(b.gep(frame, at + [ir.Constant(ir.IntType(32), i)])) for i in range(len(frame_type.elements))]
+        fields = [b.load(_field(b, frame, i)) for i in range(len(frame_type.elements))]
         lo = b.ptrtoint(b.load(args), _I64)
         hi = b.add(lo, b.load(dims))
         fnty = ir.FunctionType(_I64, [*frame_type.elements[2:], _I64, _I64])
         result = b.call(b.inttoptr(fields[0], fnty.as_pointer()), [*fields[2:], lo, hi])
-        b.atomic_rmw("or", b.gep(frame, at + [ir.Constant(ir.IntType(32), 1)]), result, "monotonic")
+        b.atomic_rmw("or", _field(b, frame, 1), result, "monotonic")
         b.ret_void()
         return function
 

@@ -69,11 +69,6 @@ class Rendered:
     traps: bool = False  # returns a trap mask (0: no exception)
 
     @property
-    def parallel(self) -> bool:
-        """Whether the engine may split the codelet's outermost loop over threads."""
-        return self.split is not None
-
-    @property
     def key(self) -> str:
         return hashlib.sha256(self.source.encode()).hexdigest()[:20]
 
@@ -83,7 +78,6 @@ class _Params:
     ints: list[int] = field(default_factory=list)
     floats: list[float] = field(default_factory=list)
     buffers: list[Buffer] = field(default_factory=list)
-    domain_sizes: list[str] = field(default_factory=list)
 
     def int(self, v: int) -> str:
         v = int(v)
@@ -482,7 +476,6 @@ def _domain_loops(k: Kernel, params: _Params, chunked: bool, fp: _FloatPoint) ->
     """Loop headers over the kernel's domain; with ``chunked`` the outermost runs over ``[lo, hi)``."""
     names = [f"i{j}" for j in range(len(k.domain))]
     sizes = [params.int(d) for d in k.domain]
-    params.domain_sizes = sizes
     fp.sizes.update(zip(names, sizes))
     if not names:
         return [], 0
@@ -504,7 +497,6 @@ def _loop_headers(k: Kernel, params: _Params, chunked: bool, fp: _FloatPoint) ->
     """The opening lines of each loop over the kernel's domain, outermost first; with ``chunked`` the
     outermost runs over ``[lo, hi)``."""
     sizes = [params.int(d) for d in k.domain]
-    params.domain_sizes = sizes
     fp.sizes.update((f"i{j}", size) for j, size in enumerate(sizes))
     headers = [[f"for i{j} in range({size}):"] for j, size in enumerate(sizes)]
     if chunked and headers:
