@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
-FRAMEWORKS = ("popjit", "popjit-infeed", "numpy", "tensorflow", "jax")
+FRAMEWORKS = ("popjit", "popjit-infeed", "popjit-gemm", "numpy", "tensorflow", "jax")
 PEERS = ("tensorflow", "jax")
-BUILT_IN = ("popjit", "popjit-infeed", "numpy")
-LABELS = {"popjit": "popjit", "popjit-infeed": "popjit (infeed)", "numpy": "NumPy", "tensorflow": "TF-XLA",
+BUILT_IN = ("popjit", "popjit-infeed", "popjit-gemm", "numpy")
+LABELS = {"popjit": "popjit", "popjit-infeed": "popjit (infeed)", "popjit-gemm": "popjit (own gemm)", "numpy": "NumPy",
+          "tensorflow": "TF-XLA",
           "jax": "JAX"}
 
 class Unavailable(NotImplementedError):

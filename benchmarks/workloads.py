@@ -80,7 +80,8 @@ def problem_label(workload: str, **sizes: int) -> str:
 
 
 def frameworks_for(kind: str, frameworks: Iterable[str]) -> list[str]:
-    """Those of ``frameworks`` that implement workloads of ``kind`` (``popjit-infeed`` only trains)."""
+    """Those of ``frameworks`` that implement workloads of ``kind`` (``popjit-infeed`` only trains,
+    ``popjit-gemm`` only multiplies)."""
     return [fw for fw in frameworks if fw in IMPLS[kind]]
 
 
@@ -236,6 +237,19 @@ def _matmul_popjit(p: Problem) -> tuple[Callable[[], Any], str]:
     return lambda: strategy.run(fn, args=args).numpy(), "IPUStrategy.run"
 
 
+def _matmul_popjit_gemm(p: Problem) -> tuple[Callable[[], Any], str]:
+    """popjit with ``POPJIT_MATMUL=popjit``: its own gemm, whatever the measured choice."""
+    from popjit import config
+
+    run, _ = _matmul_popjit(p)
+
+    def own_gemm() -> Any:
+        with config.context(MATMUL="popjit"):
+            return run()
+
+    return own_gemm, "IPUStrategy.run, POPJIT_MATMUL=popjit"
+
+
 def _matmul_numpy(p: Problem) -> tuple[Callable[[], Any], str]:
     a, b = p.inputs
     return lambda: a @ b, "BLAS (a @ b)"
@@ -256,7 +270,8 @@ def _matmul_jax(p: Problem) -> tuple[Callable[[], Any], str]:
 
 
 MATMUL_IMPLS: dict[str, Callable[[Problem], tuple[Callable[[], Any], str]]] = {
-    "popjit": _matmul_popjit, "numpy": _matmul_numpy, "tensorflow": _matmul_tf, "jax": _matmul_jax,
+    "popjit": _matmul_popjit, "popjit-gemm": _matmul_popjit_gemm, "numpy": _matmul_numpy, "tensorflow": _matmul_tf,
+    "jax": _matmul_jax,
 }
 
 

@@ -22,6 +22,13 @@ def _bool(s: str) -> bool:
     return s.strip().lower() not in ("", "0", "false", "no", "off")
 
 
+def _matmul(s: str) -> str:
+    choice = s.strip().lower() or "auto"
+    if choice not in ("auto", "popjit", "blas"):
+        raise ValueError(f"POPJIT_MATMUL={s!r}: use auto, popjit or blas")
+    return choice
+
+
 @dataclass(frozen=True)
 class Setting:
     """One setting: its environment variable, parser, default and meaning."""
@@ -50,6 +57,9 @@ SETTINGS: dict[str, Setting] = {
                 "build generated codelets' LLVM IR directly (0: compile every codelet with Numba's pipeline)"),
         Setting("PARALLEL_MIN_ELEMENTS", int, 1 << 18,
                 "element-wise codelets at least this large run on all threads"),
+        Setting("MATMUL", _matmul, "auto",
+                "float matmuls: auto (popjit's own gemm where it measured faster than the system BLAS on this "
+                "machine), popjit (always the own gemm), blas (always the system BLAS)"),
         Setting("SEED", int, None, "popjit run: tf.random.set_seed(N) before the program starts"),
         Setting("NUM_THREADS", int, None,
                 "threads of parallel codelets and matmuls (default: the cores this process may use, from its CPU "

@@ -37,11 +37,12 @@ def test_popjit_chain_is_one_on_device_tf_range_loop() -> None:
     assert loop.attrs.get("trip_count") == 4
 
 
+@pytest.mark.parametrize("framework", ["popjit", "popjit-gemm"])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (5, 7, 3), (33, 17, 65), (64, 64, 64)])
-def test_popjit_matmul_matches_numpy(shape: tuple[int, int, int]) -> None:
+def test_popjit_matmul_matches_numpy(shape: tuple[int, int, int], framework: str) -> None:
     m, k, n = shape
     a, b = workloads.matmul_inputs(m, k, n)
-    case = workloads.build("matmul", "popjit", m=m, k=k, n=n)
+    case = workloads.build("matmul", framework, m=m, k=k, n=n)
     np.testing.assert_allclose(case.result(), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
     case.check()
 
@@ -129,7 +130,8 @@ def test_unknown_names_are_refused() -> None:
         workloads.instantiate(workloads.chain_problem(n=4, iters=1), "torch")
     with pytest.raises(ValueError, match="unknown framework 'popjit-infeed' for chain"):
         workloads.instantiate(workloads.chain_problem(n=4, iters=1), "popjit-infeed")
-    assert workloads.frameworks_for("matmul", workloads.FRAMEWORKS) == ["popjit", "numpy", "tensorflow", "jax"]
+    matmul_frameworks = ["popjit", "popjit-gemm", "numpy", "tensorflow", "jax"]
+    assert workloads.frameworks_for("matmul", workloads.FRAMEWORKS) == matmul_frameworks
     assert workloads.frameworks_for("train", ["popjit-infeed", "jax"]) == ["popjit-infeed", "jax"]
 
 

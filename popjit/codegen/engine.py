@@ -39,6 +39,7 @@ from popjit.codegen.numerics import DEFAULT, TRAPPED, Numerics
 from popjit.codegen.render import Rendered, render_kernel
 from popjit.dtypes import DType
 from popjit.ir.loop import Buffer, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, StmtVisitor, While
+from popjit.kernels.gemm_choice import grain, panels, uses_own_gemm
 from popjit.loop.passes import scatters
 
 
@@ -219,17 +220,20 @@ class _Emitter(StmtVisitor):
                 self.float(s.alpha), self.float(s.beta)]
         half = s.out.dtype == dtypes.float16
         n = self.numerics
+        module, split = "popjit.kernels.matmul", None
         if half and (n.sr or n.nanoo):
             fn = "matmul_f16_rounded"
             args += [str(n.nanoo), str(n.sr)] + (["R[0]", "R[1]", "R[2]"] if n.sr else ["0", "0", "0"])
-        self.library[fn] = "popjit.kernels.matmul"
+        elif uses_own_gemm(storage_dtype(s.out.dtype), s.batch, s.m, s.n, s.k, s.ta, s.tb):
+            fn, module, split = "gemm", "popjit.kernels.gemm", (panels(s.batch, s.m), grain(s.n, s.k))
+        self.library[fn] = module
         traps = bool(n.inv or n.oflo) and s.out.dtype.is_floating
         if not traps:
-            self.invoke(fn, args, s.name, rounds=half and n.sr)
+            self.invoke(fn, args, s.name, rounds=half and n.sr, split=split)
             return
         check = "product_traps_half" if half else "product_traps_float"
         self.library[check] = "popjit.kernels.rounding"
-        self.invoke(fn, args, s.name)
+        self.invoke(fn, args, s.name, split=split)
         self.invoke(check, [self.buf(s.out), self.buf(s.a), self.buf(s.b), str(n.inv), str(n.oflo)], s.name, True,
                     half and n.sr)
 

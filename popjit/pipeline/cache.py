@@ -24,7 +24,7 @@ from popjit.schedule.schedule import OutOfMemoryWarning
 from popjit.schedule.target import Target
 from popjit.source import user_location, where
 
-Key = tuple[str, Target | None, bool, Numerics]
+Key = tuple[str, Target | None, bool, Numerics, str]
 _EXECUTABLES: OrderedDict[Key, Executable] = OrderedDict()  # least recently used first
 _COMPILING: dict[Key, threading.Lock] = {}
 _lock = threading.Lock()
@@ -60,7 +60,8 @@ def compile_cached(graph: Graph, target: Target | None, on_ipu: bool = False,
     share it; different programs compile concurrently. ``fingerprint``: the graph's, if the caller
     keeps it (computing it prints the whole graph).
     """
-    key = (fingerprint or graph.fingerprint(), target, on_ipu, numerics)
+    # why the matmul setting: it picks the kernels, whose sums round differently
+    key = (fingerprint or graph.fingerprint(), target, on_ipu, numerics, config.get("MATMUL"))
     with _lock:
         exe = _cached(key)
         if exe is not None:

@@ -1,0 +1,378 @@
+"""popjit's own matrix multiply: packed panels and a register-blocked micro-kernel in LLVM IR.
+
+``C = alpha * A @ B + beta * C`` for float32/float64, as BLIS structures it:
+
+- the micro-kernel keeps an ``MR x NR`` block of ``C`` in vector registers (``MR = 6`` rows, ``NR``
+  two vectors of the host's width: 6x16 float32 with AVX2, 6x32 with AVX-512, 6x8 with NEON) and
+  adds one rank-1 update per step of ``k``: two vector loads of ``B``, six broadcasts of ``A``,
+  twelve fused multiply-adds. It is written with llvmlite (Numba's typed code cannot name vector
+  registers) and reaches Numba code as an intrinsic;
+- the driver (:func:`gemm_block`, Numba) cuts ``k`` into ``KC`` slices and rows into ``MC`` blocks,
+  packs ``A`` and ``B`` into contiguous micro-panels (zero-padded at the edges) so the kernel
+  streams them from L1/L2, and leaves operands unpacked where packing would cost more than it
+  saves (few rows: ``B`` is read in place; few columns: ``A`` is);
+- every operand is addressed by strides, so transposed operands need no copy;
+- :func:`gemm` runs a range ``[lo, hi)`` of ``MR``-row panels of a batch of products, so the
+  engine splits a large product over its thread pool like any parallel codelet (no BLAS threads).
+
+Whether a product runs here or in the system BLAS is measured once per machine
+(:mod:`popjit.kernels.gemm_choice`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import llvmlite.binding as llvm
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+from .gemm_choice import MR
+from .jit import codelet
+
+#: ``k`` per packed slice (a ``KC x NR`` panel of B stays in L1), rows per packed block of A (in L2).
+KC, MC = 256, 96
+#: The k-loop of the micro-kernel is unrolled this many times.
+UNROLL = 4
+
+_I32, _I64 = ir.IntType(32), ir.IntType(64)
+
+
+@functools.lru_cache(maxsize=1)
+def vector_bits() -> int:
+    """The width of the host's widest float vector registers in bits (512 AVX-512, 256 AVX, 128 else)."""
+    llvm.initialize_native_target()
+    features = llvm.get_host_cpu_features()
+    if features.get("avx512f"):
+        return 512
+    if features.get("avx"):
+        return 256
+    return 128
+
+
+def lanes(itemsize: int) -> int:
+    """Elements of ``itemsize`` bytes in one vector register."""
+    return vector_bits() // (8 * itemsize)
+
+
+def panel_width(itemsize: int) -> int:
+    """``NR``: columns of C in a micro-kernel block (two vectors)."""
+    return 2 * lanes(itemsize)
+
+
+class _IR:
+    """Helpers for writing vector IR of one element type into one module."""
+
+    def __init__(self, module: ir.Module, element: ir.Type, width: int) -> None:
+        self.module, self.element, self.width = module, element, width
+        self.vector = ir.VectorType(element, width)
+        self.pointer = element.as_pointer()
+
+    def intrinsic(self, name: str, returns: ir.Type, arguments: list[ir.Type]) -> ir.Function:
+        suffix = f"v{self.width}{'f32' if isinstance(self.element, ir.FloatType) else 'f64'}"
+        full = f"{name}.{suffix}" + (".p0" if "masked" in name else "")
+        existing = self.module.globals.get(full)
+        return existing or ir.Function(self.module, ir.FunctionType(returns, arguments), full)
+
+    def splat(self, builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
+        vector_type = ir.VectorType(value.type, self.width)
+        one = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, _I32(0))
+        return builder.shuffle_vector(one, ir.Constant(vector_type, ir.Undefined),
+                                      ir.Constant(ir.VectorType(_I32, self.width), [0] * self.width))
+
+    def vector_at(self, builder: ir.IRBuilder, base: ir.Value, offset: int) -> ir.Value:
+        return builder.bitcast(builder.gep(base, [_I64(offset)]), self.vector.as_pointer())
+
+
+def _element(dtype: types.Type) -> ir.Type:
+    return ir.FloatType() if dtype == types.float32 else ir.DoubleType()
+
+
+def _micro_kernel(module: ir.Module, element: ir.Type, width: int, packed: bool) -> ir.Function:
+    """``kernel(kc, a, rsa, csa, b, rsb, c, ldc, alpha, beta, mr, nr)``: the ``mr x nr`` block
+    ``C[i, j] = alpha * sum_p A[i, p] B[p, j] + beta * C[i, j]`` (``beta == 0``: C is not read), with
+    ``A[i, p] = a[i*rsa + p*csa]``, ``B[p, j] = b[p*rsb + j]`` (a full ``NR``-wide panel, padded),
+    ``C[i, j] = c[i*ldc + j]``. ``packed``: the strides are those of packed panels (``rsa = 1``,
+    ``csa = MR``, ``rsb = NR``), constants the loop's addressing folds in."""
+    g = _IR(module, element, width)
+    vectors = 2
+    name = f"popjit.gemm.kernel{'.packed' if packed else ''}.{MR}x{vectors * width}.{element}"
+    if name in module.globals:
+        return module.globals[name]
+    ptr = g.pointer
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_I64, ptr, _I64, _I64, ptr, _I64, ptr, _I64,
+                                                             element, element, _I64, _I64]), name)
+    fn.linkage = "internal"
+    kc, a, rsa, csa, b, rsb, c, ldc, alpha, beta, mr, nr = fn.args
+    if packed:
+        rsa, csa, rsb = _I64(1), _I64(MR), _I64(vectors * width)
+    fma = g.intrinsic("llvm.fma", g.vector, [g.vector] * 3)
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    zero = ir.Constant(g.vector, [0.0] * width)
+    # why: rows past ``mr`` (an edge block) are computed but never stored; they read row 0 again,
+    # since in an unpacked A they lie past the operand's end
+    rows = [builder.gep(a, [builder.select(builder.icmp_signed(">", mr, _I64(r)), builder.mul(rsa, _I64(r)), _I64(0))])
+            for r in range(MR)]
+
+    def steps(count: ir.Value, unroll: int, sums: list[ir.Value], a_offset: ir.Value, b_at: ir.Value):
+        """A loop of ``count`` iterations of ``unroll`` rank-1 updates each; the sums, A offset and B
+        pointer after it."""
+        head = builder.block
+        body, after = fn.append_basic_block("steps"), fn.append_basic_block("after")
+        builder.cbranch(builder.icmp_signed(">", count, _I64(0)), body, after)
+        builder.position_at_end(body)
+        i, offset, at = builder.phi(_I64), builder.phi(_I64), builder.phi(ptr)
+        carried = [builder.phi(g.vector) for _ in sums]
+        new, o, q = list(carried), offset, at
+        for _ in range(unroll):
+            panel = [builder.load(g.vector_at(builder, q, v * width), align=1) for v in range(vectors)]
+            for r in range(MR):
+                broadcast = g.splat(builder, builder.load(builder.gep(rows[r], [o])))
+                for v in range(vectors):
+                    new[r * vectors + v] = builder.call(fma, [broadcast, panel[v], new[r * vectors + v]])
+            o, q = builder.add(o, csa), builder.gep(q, [rsb])
+        i_next = builder.add(i, _I64(1))
+        builder.cbranch(builder.icmp_signed("<", i_next, count), body, after)
+        for phi, first, then in [(i, _I64(0), i_next), (offset, a_offset, o), (at, b_at, q),
+                                 *zip(carried, sums, new)]:
+            phi.add_incoming(first, head)
+            phi.add_incoming(then, body)
+        builder.position_at_end(after)
+        out = []
+        for first, then in [*zip(sums, new), (a_offset, o), (b_at, q)]:
+            merged = builder.phi(first.type)
+            merged.add_incoming(first, head)
+            merged.add_incoming(then, body)
+            out.append(merged)
+        return out[:-2], out[-2], out[-1]
+
+    sums, a_offset, b_at = steps(builder.sdiv(kc, _I64(UNROLL)), UNROLL, [zero] * (MR * vectors), _I64(0), b)
+    sums, _, _ = steps(builder.srem(kc, _I64(UNROLL)), 1, sums, a_offset, b_at)
+    _store_block(builder, g, fma, c, ldc, alpha, beta, mr, nr, sums)
+    builder.ret_void()
+    return fn
+
+
+def _store_block(builder: ir.IRBuilder, g: _IR, fma: ir.Function, c: ir.Value, ldc: ir.Value, alpha: ir.Value,
+                 beta: ir.Value, mr: ir.Value, nr: ir.Value, sums: list[ir.Value]) -> None:
+    """``C = alpha * sums + beta * C`` for the block's ``mr x nr`` elements: whole vectors when the
+    block is full, else masked loads and stores of the rows that exist."""
+    width, vectors = g.width, len(sums) // MR
+    mask_type = ir.VectorType(ir.IntType(1), width)
+    masked_load = g.intrinsic("llvm.masked.load", g.vector, [g.vector.as_pointer(), _I32, mask_type, g.vector])
+    masked_store = g.intrinsic("llvm.masked.store", ir.VoidType(), [g.vector, g.vector.as_pointer(), _I32, mask_type])
+    zero = ir.Constant(g.vector, [0.0] * width)
+    lane = ir.Constant(ir.VectorType(_I64, width), list(range(width)))
+    scale, keep = g.splat(builder, alpha), g.splat(builder, beta)
+
+    def rows(masked: bool, reads_c: bool) -> None:
+        for r in range(MR):
+            guard = builder.if_then(builder.icmp_signed(">", mr, _I64(r))) if masked else None
+            if guard is not None:
+                guard.__enter__()
+            row = builder.gep(c, [builder.mul(ldc, _I64(r))])
+            for v in range(vectors):
+                at = g.vector_at(builder, row, v * width)
+                value = builder.fmul(scale, sums[r * vectors + v])
+                if masked:
+                    mask = builder.icmp_signed("<", lane, g.splat(builder, builder.sub(nr, _I64(v * width))))
+                    if reads_c:
+                        old = builder.call(masked_load, [at, _I32(1), mask, zero])
+                        value = builder.call(fma, [keep, old, value])
+                    builder.call(masked_store, [value, at, _I32(1), mask])
+                else:
+                    if reads_c:
+                        value = builder.call(fma, [keep, builder.load(at, align=1), value])
+                    builder.store(value, at, align=1)
+            if guard is not None:
+                guard.__exit__(None, None, None)
+
+    full = builder.and_(builder.icmp_signed("==", mr, _I64(MR)), builder.icmp_signed("==", nr, _I64(vectors * width)))
+    overwrite = builder.fcmp_ordered("==", beta, ir.Constant(beta.type, 0.0))
+    with builder.if_else(full) as (whole, edge):
+        for masked, branch in ((False, whole), (True, edge)):
+            with branch, builder.if_else(overwrite) as (fresh, accumulate):
+                with fresh:
+                    rows(masked, False)
+                with accumulate:
+                    rows(masked, True)
+
+
+def _pack_panel(module: ir.Module, element: ir.Type, width: int, count: int) -> ir.Function:
+    """``pack(dst, src, stride, step, kc)``: ``dst[p*count + r] = src[r*stride + p*step]`` for
+    ``r < count``, ``p < kc`` (a full panel; vector copies when ``stride == 1``)."""
+    g = _IR(module, element, width)
+    name = f"popjit.gemm.pack{count}.{element}"
+    if name in module.globals:
+        return module.globals[name]
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [g.pointer, g.pointer, _I64, _I64, _I64]), name)
+    fn.linkage = "internal"
+    dst, src, stride, step, kc = fn.args
+    entry, body, done = (fn.append_basic_block(n) for n in ("entry", "body", "done"))
+    builder = ir.IRBuilder(entry)
+    contiguous = builder.icmp_signed("==", stride, _I64(1))
+    builder.cbranch(builder.icmp_signed(">", kc, _I64(0)), body, done)
+    builder.position_at_end(body)
+    p = builder.phi(_I64)
+    source = builder.gep(src, [builder.mul(p, step)])
+    target = builder.gep(dst, [builder.mul(p, _I64(count))])
+    with builder.if_else(contiguous) as (vectors, scalars):
+        with vectors:
+            for v in range(count // width):
+                builder.store(builder.load(g.vector_at(builder, source, v * width), align=1),
+                              g.vector_at(builder, target, v * width), align=1)
+            for r in range(count // width * width, count):
+                builder.store(builder.load(builder.gep(source, [_I64(r)])), builder.gep(target, [_I64(r)]))
+        with scalars:
+            for r in range(count):
+                builder.store(builder.load(builder.gep(source, [builder.mul(stride, _I64(r))])),
+                              builder.gep(target, [_I64(r)]))
+    p_next = builder.add(p, _I64(1))
+    p.add_incoming(_I64(0), entry)
+    p.add_incoming(p_next, builder.block)
+    builder.cbranch(builder.icmp_signed("<", p_next, kc), body, done)
+    builder.position_at_end(done)
+    builder.ret_void()
+    return fn
+
+
+def _address(context, builder, array_type, array, offset):
+    return builder.gep(context.make_array(array_type)(context, builder, array).data, [offset])
+
+
+@intrinsic
+def micro_kernel(typingctx, kc, a, a_at, rsa, csa, b, b_at, rsb, c, c_at, ldc, alpha, beta, mr, nr):
+    """Numba's handle on :func:`_micro_kernel`; arrays with element offsets instead of pointers."""
+    signature = types.void(kc, a, a_at, rsa, csa, b, b_at, rsb, c, c_at, ldc, alpha, beta, mr, nr)
+
+    def codegen(context, builder, sig, args):
+        kc_, a_, a_at_, rsa_, csa_, b_, b_at_, rsb_, c_, c_at_, ldc_, alpha_, beta_, mr_, nr_ = args
+        dtype = sig.args[8].dtype
+        width = lanes(dtype.bitwidth // 8)
+        alpha_ = context.cast(builder, alpha_, sig.args[11], dtype)
+        beta_ = context.cast(builder, beta_, sig.args[12], dtype)
+        arguments = [kc_, _address(context, builder, sig.args[1], a_, a_at_), rsa_, csa_,
+                     _address(context, builder, sig.args[5], b_, b_at_), rsb_,
+                     _address(context, builder, sig.args[8], c_, c_at_), ldc_, alpha_, beta_, mr_, nr_]
+        packed = builder.and_(builder.and_(builder.icmp_signed("==", rsa_, _I64(1)),
+                                           builder.icmp_signed("==", csa_, _I64(MR))),
+                              builder.icmp_signed("==", rsb_, _I64(2 * width)))
+        with builder.if_else(packed) as (both_packed, other):
+            for variant, branch in ((True, both_packed), (False, other)):
+                with branch:
+                    builder.call(_micro_kernel(builder.module, _element(dtype), width, variant), arguments)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+def _packer(rows: bool):
+    @intrinsic
+    def pack(typingctx, dst, dst_at, src, src_at, stride, step, kc):
+        signature = types.void(dst, dst_at, src, src_at, stride, step, kc)
+
+        def codegen(context, builder, sig, args):
+            dst_, dst_at_, src_, src_at_, stride_, step_, kc_ = args
+            dtype = sig.args[0].dtype
+            width = lanes(dtype.bitwidth // 8)
+            fn = _pack_panel(builder.module, _element(dtype), width, MR if rows else 2 * width)
+            builder.call(fn, [_address(context, builder, sig.args[0], dst_, dst_at_),
+                              _address(context, builder, sig.args[2], src_, src_at_), stride_, step_, kc_])
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    return pack
+
+
+#: NR of float32 and float64 on this host (constants of the compiled code).
+NR32, NR64 = panel_width(4), panel_width(8)
+
+#: Pack a full panel of MR rows of A / NR columns of B (see :func:`_pack_panel`).
+pack_rows, pack_columns = _packer(True), _packer(False)
+
+
+@codelet
+def _pack_edge(dst, at, src, src_at, stride, step, count, width, kc):
+    """A panel with fewer than ``width`` lines (``count``): the lines there are, zeros after."""
+    for p in range(kc):
+        for r in range(width):
+            dst[at + p * width + r] = src[src_at + r * stride + p * step] if r < count else 0
+
+
+@codelet
+def _pack(dst, src, at, stride, step, lines, width, kc):
+    """Pack ``lines`` lines (rows of A: ``width == MR``; columns of B: ``width == NR``), line ``r`` at
+    ``src[at + r*stride]`` with its ``kc`` elements ``step`` apart, into panels of ``width`` lines."""
+    for first in range(0, lines, width):
+        count = min(width, lines - first)
+        start = at + first * stride
+        if count < width:
+            _pack_edge(dst, first * kc, src, start, stride, step, count, width, kc)
+        elif width == MR:
+            pack_rows(dst, first * kc, src, start, stride, step, kc)
+        else:
+            pack_columns(dst, first * kc, src, start, stride, step, kc)
+
+
+@codelet
+def gemm_block(c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alpha, beta, pa, pb):
+    """One thread's ``C = alpha * A @ B + beta * C`` of an ``m x n`` block, with ``A[i, p] =
+    a[a_at + i*rsa + p*csa]``, ``B[p, j] = b[b_at + p*rsb + j*csb]``, ``C[i, j] = c[c_at + i*ldc + j]``;
+    ``pa``/``pb``: packing space of ``MC*KC`` and ``KC*round_up(n, NR)`` elements."""
+    nr = NR32 if c.itemsize == 4 else NR64
+    pack_a = n > 4 * nr  # why: A is reused by every column panel, worth packing when there are several
+    pack_b = csb != 1 or m >= 4 * MR  # B must be packed when its columns are not contiguous
+    for p0 in range(0, k, KC):
+        kc = min(KC, k - p0)
+        scale_c = beta if p0 == 0 else 1.0
+        if pack_b:
+            _pack(pb, b, b_at + p0 * rsb, csb, rsb, n, nr, kc)
+        for i0 in range(0, m, MC):
+            mc = min(MC, m - i0)
+            if pack_a:
+                _pack(pa, a, a_at + i0 * rsa + p0 * csa, rsa, csa, mc, MR, kc)
+            for j0 in range(0, n, nr):
+                cols = min(nr, n - j0)
+                if pack_b:
+                    panel, panel_at, panel_step = pb, j0 * kc, nr
+                elif cols < nr:
+                    _pack(pb, b, b_at + p0 * rsb + j0 * csb, csb, rsb, cols, nr, kc)
+                    panel, panel_at, panel_step = pb, 0, nr
+                else:
+                    panel, panel_at, panel_step = b, b_at + p0 * rsb + j0, rsb
+                for r0 in range(0, mc, MR):
+                    if pack_a:
+                        block, block_at, row_step, col_step = pa, r0 * kc, 1, MR
+                    else:
+                        block, block_at, row_step, col_step = a, a_at + (i0 + r0) * rsa + p0 * csa, rsa, csa
+                    micro_kernel(kc, block, block_at, row_step, col_step, panel, panel_at, panel_step,
+                                 c, c_at + (i0 + r0) * ldc + j0, ldc, alpha, scale_c, min(MR, mc - r0), cols)
+
+
+@codelet
+def _operand_strides(rows, cols, transposed):
+    """(row stride, column stride) of a row-major ``rows x cols`` operand, stored transposed or not."""
+    return (1, rows) if transposed else (cols, 1)
+
+
+@codelet
+def gemm(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi):
+    """Batched ``out[i] = alpha * op(a[i]) @ op(b[i]) + beta * out[i]`` (the signature of
+    :func:`popjit.kernels.matmul.matmul_f32`) for the ``MR``-row panels ``[lo, hi)`` of the
+    ``batch * ceil(m / MR)`` there are, on the calling thread."""
+    nr = NR32 if out.itemsize == 4 else NR64
+    pa = np.empty(MC * KC, out.dtype)
+    pb = np.empty(KC * ((n + nr - 1) // nr * nr), out.dtype)
+    rsa, csa = _operand_strides(m, k, ta)
+    rsb, csb = _operand_strides(k, n, tb)
+    panels = (m + MR - 1) // MR
+    for i in range(lo // panels, (hi - 1) // panels + 1 if hi > lo else 0):
+        first = max(lo - i * panels, 0) * MR
+        last = min(min(hi - i * panels, panels) * MR, m)
+        gemm_block(out, i * m * n + first * n, n, a, i * a_bs + first * rsa, rsa, csa, b, i * b_bs, rsb, csb,
+                   last - first, n, k, alpha, beta, pa, pb)
+    return 0
+

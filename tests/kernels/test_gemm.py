@@ -1,0 +1,172 @@
+"""popjit's own gemm (packed panels, an LLVM IR micro-kernel): equal to NumPy's float64 product for
+every shape, transpose, scale and batch, over any split of its row panels; chosen by measurement
+once per machine, or by ``POPJIT_MATMUL``; programs give the same results either way."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import popjit.tensorflow as tf
+from popjit import config
+from popjit.codegen.engine import render_engine
+from popjit.kernels import gemm_choice
+from popjit.kernels.gemm import MC, MR, NR32, NR64, gemm
+from popjit.kernels.gemm_choice import grain, panels, uses_own_gemm
+from popjit.pipeline import lower_graph, optimize_graph
+
+
+def operands(rng, dtype, batch, m, n, k, ta, tb):
+    a = rng.uniform(-1, 1, (batch, k, m) if ta else (batch, m, k)).astype(dtype)
+    b = rng.uniform(-1, 1, (batch, n, k) if tb else (batch, k, n)).astype(dtype)
+    return a, b
+
+
+def reference(a, b, ta, tb, alpha, beta, out):
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    product = (a64.transpose(0, 2, 1) if ta else a64) @ (b64.transpose(0, 2, 1) if tb else b64)
+    return alpha * product + (beta * out.astype(np.float64) if beta else 0.0)
+
+
+def run_gemm(out, a, b, batch, m, n, k, ta, tb, alpha, beta, cuts):
+    for lo, hi in itertools.pairwise(cuts):
+        gemm(out.reshape(-1), a.reshape(-1), b.reshape(-1), batch, m, n, k, ta, tb, m * k, k * n, alpha, beta,
+             lo, hi)
+
+
+def edges(nr: int) -> st.SearchStrategy[int]:
+    """Sizes around the blocking's edges: tiny, one under/over a panel or block, and odd."""
+    return st.sampled_from([1, 2, MR - 1, MR, MR + 1, nr - 1, nr, nr + 1, 2 * nr + 3, MC + 5, 257, 300])
+
+
+@given(dtype=st.sampled_from([np.float32, np.float64]), batch=st.integers(1, 3), data=st.data(),
+       ta=st.booleans(), tb=st.booleans(), alpha=st.sampled_from([1.0, -0.5, 2.0]),
+       beta=st.sampled_from([0.0, 1.0, 0.25]))
+def test__gemm__equals_the_float64_product_for_any_shape_transpose_scale_and_split(dtype, batch, data, ta, tb, alpha,
+                                                                                     beta):
+    nr = NR32 if dtype == np.float32 else NR64
+    m, n, k = (data.draw(edges(nr)) for _ in range(3))
+    rng = np.random.default_rng(m * 10007 + n * 101 + k)
+    a, b = operands(rng, dtype, batch, m, n, k, ta, tb)
+    out = rng.uniform(-1, 1, (batch, m, n)).astype(dtype)
+    want = reference(a, b, ta, tb, alpha, beta, out)
+    units = panels(batch, m)
+    inner = sorted(data.draw(st.lists(st.integers(0, units), max_size=3)))
+    run_gemm(out, a, b, batch, m, n, k, ta, tb, alpha, beta, [0, *inner, units])
+    tol = 2e-6 * k if dtype == np.float32 else 1e-13 * k
+    np.testing.assert_allclose(out, want, rtol=tol, atol=tol)
+
+
+def test__gemm__with_beta_zero_never_reads_the_output():
+    rng = np.random.default_rng(0)
+    m, n, k = 13, 37, 300  # edge blocks in both directions, two k slices
+    a, b = operands(rng, np.float32, 1, m, n, k, False, False)
+    out = np.full((1, m, n), np.nan, np.float32)
+    run_gemm(out, a, b, 1, m, n, k, False, False, 1.0, 0.0, [0, panels(1, m)])
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, reference(a, b, False, False, 1.0, 0.0, out), rtol=1e-5, atol=1e-5)
+
+
+def test__gemm__a_range_writes_only_its_rows():
+    rng = np.random.default_rng(1)
+    batch, m, n, k = 2, 20, 9, 11
+    a, b = operands(rng, np.float32, batch, m, n, k, False, True)
+    out = np.zeros((batch, m, n), np.float32)
+    per_matrix = panels(1, m)  # 4 panels of 6 rows: 6, 6, 6, 2
+    run_gemm(out, a, b, batch, m, n, k, False, True, 1.0, 0.0, [per_matrix + 1, per_matrix + 3])
+    want = reference(a, b, False, True, 1.0, 0.0, out)
+    written = np.zeros((batch, m, n), bool)
+    written[1, MR:3 * MR] = True
+    np.testing.assert_allclose(out[written], want[written], rtol=1e-5, atol=1e-5)
+    assert not out[~written].any(), "rows outside the range stay untouched"
+
+
+def test__the_split__gives_each_task_enough_work():
+    assert panels(3, 13) == 3 * 3
+    assert grain(1024, 1024) == 1  # one panel is 6M multiply-adds: worth a task of its own
+    assert grain(10, 10) * MR * 10 * 10 >= gemm_choice.SERIAL_GEMM_MACS > (grain(10, 10) - 1) * MR * 10 * 10
+
+
+# --- which matmuls run where ------------------------------------------------------------------
+
+
+def dense_program(x, w):
+    return tf.matmul(x, w)
+
+
+def matmul_callees(m: int, n: int, k: int) -> list[str]:
+    x, w = np.ones((m, k), np.float32), np.ones((k, n), np.float32)
+    graph = optimize_graph(tf.function(dense_program).get_concrete_function(x, w).graph)
+    return [c.name for c in render_engine(lower_graph(graph)).callees]
+
+
+def test__popjit_matmul_setting__chooses_the_kernel_without_measuring(tmp_path, monkeypatch):
+    monkeypatch.setenv("POPJIT_CACHE_DIR", str(tmp_path))
+    with config.context(MATMUL="popjit"):
+        assert "gemm" in matmul_callees(300, 200, 100)
+    with config.context(MATMUL="blas"):
+        assert "matmul_f32" in matmul_callees(300, 200, 100)
+    assert not list(tmp_path.rglob("gemm-choice-*.json")), "nothing was measured"
+
+
+def test__a_bad_popjit_matmul_value__names_the_choices(monkeypatch):
+    monkeypatch.setenv("POPJIT_MATMUL", "mkl")
+    with pytest.raises(ValueError, match="auto, popjit or blas"):
+        config.get("MATMUL")
+
+
+def test__auto__measures_once_per_machine_and_keeps_the_choice_on_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("POPJIT_CACHE_DIR", str(tmp_path))
+    gemm_choice._loaded.cache_clear()
+    shape = (np.dtype(np.float32), 1, 300, 200, 100, False, True)
+    first = uses_own_gemm(*shape)
+    path = gemm_choice.choice_path()
+    assert path is not None and path.parent.parent == tmp_path
+    table = json.loads(path.read_text())
+    assert table == {"float32 1x300x200x100 NT": first}
+    path.write_text(json.dumps({"float32 1x300x200x100 NT": not first}))  # as if another machine state
+    gemm_choice._loaded.cache_clear()
+    assert uses_own_gemm(*shape) is (not first), "the kept choice is used, not measured again"
+    assert uses_own_gemm(np.dtype(np.float32), 1, 8, 8, 8, False, False) is False, "tiny: BLAS, unmeasured"
+    assert json.loads(path.read_text()) == {"float32 1x300x200x100 NT": not first}
+    gemm_choice._loaded.cache_clear()
+
+
+def test__integer_and_half_matmuls__never_use_the_float_gemm():
+    with config.context(MATMUL="popjit"):
+        assert not uses_own_gemm(np.dtype(np.int32), 1, 300, 200, 100, False, False)
+        assert not uses_own_gemm(np.dtype(np.uint16), 1, 300, 200, 100, False, False)
+        assert uses_own_gemm(np.dtype(np.float64), 1, 300, 200, 100, False, False)
+
+
+def training_step(x, w1, w2):
+    with tf.GradientTape() as tape:
+        tape.watch([w1, w2])
+        h = tf.nn.relu(tf.matmul(x, w1))
+        loss = tf.reduce_sum(tf.matmul(h, w2, transpose_b=True) ** 2)
+    return [loss, *tape.gradient(loss, [w1, w2])]
+
+
+def test__a_training_step__gives_the_same_numbers_on_either_kernel():
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-1, 1, (70, 130)).astype(np.float32)
+    w1 = rng.uniform(-0.2, 0.2, (130, 90)).astype(np.float32)
+    w2 = rng.uniform(-0.2, 0.2, (40, 90)).astype(np.float32)
+    results = {}
+    for kernel in ("popjit", "blas"):
+        with config.context(MATMUL=kernel):
+            step = tf.function(training_step, jit_compile=True)
+            results[kernel] = [r.numpy() for r in step(x, w1, w2)]
+            program = step.get_concrete_function(x, w1, w2).executable("/device:CPU:0")
+            callees = [c.name for c in program.engine_source.callees]
+            assert ("gemm" in callees) == (kernel == "popjit")
+            assert ("matmul_f32" in callees) == (kernel == "blas")
+    for own, system in zip(results["popjit"], results["blas"]):
+        np.testing.assert_allclose(own, system, rtol=1e-5, atol=1e-5)
+    h = np.maximum(x.astype(np.float64) @ w1, 0)
+    np.testing.assert_allclose(results["popjit"][0], ((h @ w2.T) ** 2).sum(), rtol=1e-5)
