@@ -294,7 +294,7 @@ NR32, NR64 = panel_width(4), panel_width(8)
 pack_rows, pack_columns = _packer(True), _packer(False)
 
 
-@codelet
+@codelet(inline="always")
 def _pack_edge(dst, at, src, src_at, stride, step, count, width, kc):
     """A panel with fewer than ``width`` lines (``count``): the lines there are, zeros after."""
     for p in range(kc):
@@ -302,7 +302,7 @@ def _pack_edge(dst, at, src, src_at, stride, step, count, width, kc):
             dst[at + p * width + r] = src[src_at + r * stride + p * step] if r < count else 0
 
 
-@codelet
+@codelet(inline="always")
 def _pack(dst, src, at, stride, step, lines, width, kc):
     """Pack ``lines`` lines (rows of A: ``width == MR``; columns of B: ``width == NR``), line ``r`` at
     ``src[at + r*stride]`` with its ``kc`` elements ``step`` apart, into panels of ``width`` lines."""
@@ -317,7 +317,7 @@ def _pack(dst, src, at, stride, step, lines, width, kc):
             pack_columns(dst, first * kc, src, start, stride, step, kc)
 
 
-@codelet
+@codelet(inline="always")
 def gemm_block(c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alpha, beta, pa, pb):
     """One thread's ``C = alpha * A @ B + beta * C`` of an ``m x n`` block, with ``A[i, p] =
     a[a_at + i*rsa + p*csa]``, ``B[p, j] = b[b_at + p*rsb + j*csb]``, ``C[i, j] = c[c_at + i*ldc + j]``;
@@ -352,7 +352,7 @@ def gemm_block(c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alph
                                  c, c_at + (i0 + r0) * ldc + j0, ldc, alpha, scale_c, min(MR, mc - r0), cols)
 
 
-@codelet
+@codelet(inline="always")
 def _operand_strides(rows, cols, transposed):
     """(row stride, column stride) of a row-major ``rows x cols`` operand, stored transposed or not."""
     return (1, rows) if transposed else (cols, 1)
