@@ -47,7 +47,7 @@ SETTINGS: dict[str, Setting] = {
     s.name: s
     for s in [
         Setting("DEBUG", int, 0, "1 compile summary, 2 graph IR, 3 loop IR, 4 tile schedule, 5 codelet source, "
-                "6 engine source, 7 LLVM assembly of the hot codelets"),
+                "6 engine source, 7 assembly of each program library built (not of one loaded from the cache)"),
         Setting("DISABLE_NUMBA", _bool, False, "run codelets and the engine as plain Python (debuggable with pdb)"),
         Setting("NUM_IPUS", int, 16, "virtual IPUs in the system"),
         Setting("CACHE_DIR", str, str(Path.home() / ".cache" / "popjit"),

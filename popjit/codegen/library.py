@@ -124,6 +124,8 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
             progress(len(symbols), total)
     library.add_ir_module(engine_module)
     library.finalize()
+    if config.get("DEBUG") >= 7:
+        print(f"=== popjit: machine code of program library {key} ===\n{library.get_asm_str()}", file=sys.stderr)
     names = [symbols[(id(fn), types)] for (_, types), fn in zip(callees, functions)]
     _set_environments(library, environments)
     addresses = [library.get_pointer_to_function(n) for n in names]
