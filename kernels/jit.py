@@ -147,6 +147,25 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def discard_entry(path: Path, error: Exception) -> None:
+    """Delete the damaged cache file ``path`` (``error`` came reading it), with one warning; the
+    program it held is compiled again."""
+    with contextlib.suppress(OSError):
+        path.unlink()
+    warn_once(f"damaged:{path}", f"popjit's cache entry {path} could not be read ({type(error).__name__}: {error}); "
+              "it was deleted and the program is compiled again.")
+
+
+def keep_entry(path: Path, data: bytes) -> None:
+    """Write the cache file ``path`` (:func:`atomic_write`); a directory that cannot take it is warned
+    about once and the program compiles again in the next process."""
+    try:
+        atomic_write(path, data)
+    except OSError as e:
+        warn_once(f"unwritable:{path.parent}", f"popjit could not save {path} ({e.strerror or e}); this program "
+                  "compiles again in the next process.")
+
+
 def usable_dir(path: Path) -> bool:
     """Whether popjit can create ``path`` and write files in it; if not, one warning says that
     everything compiles in memory this run."""

@@ -20,7 +20,6 @@ A damaged entry is warned about once, deleted and built again, as every cache fi
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import pickle
@@ -40,7 +39,7 @@ from numba.core.runtime import rtsys
 from popjit import config
 from popjit.codegen.direct import Unsupported, emit_codelet
 from popjit.errors import InternalError
-from popjit.kernels.jit import atomic_write, cache_root, fingerprint, usable_dir, warn_once
+from popjit.kernels.jit import cache_root, discard_entry, fingerprint, keep_entry, usable_dir
 
 _log = logging.getLogger("popjit")
 
@@ -234,7 +233,7 @@ def _load(path: Path, key: str) -> ProgramLibrary | None:
     except FileNotFoundError:
         return None
     except OSError as e:
-        return _discard(path, e)
+        return discard_entry(path, e)
     try:
         magic, owner, serialized, engine, names, environments = pickle.loads(data)
         if magic != MAGIC or owner != key:
@@ -246,20 +245,9 @@ def _load(path: Path, key: str) -> ProgramLibrary | None:
         addresses = [library.get_pointer_to_function(n) for n in names]
         entry = library.get_pointer_to_function(engine)
     except Exception as e:  # why: pickle, LLVM and format errors of every kind mean the file is damaged
-        return _discard(path, e)
+        return discard_entry(path, e)
     return ProgramLibrary(library, entry, addresses, 0)
 
 
-def _discard(path: Path, error: Exception) -> None:
-    with contextlib.suppress(OSError):
-        path.unlink()
-    warn_once(f"damaged:{path}", f"popjit's cache entry {path} could not be read ({type(error).__name__}: {error}); "
-              "it was deleted and the program is compiled again.")
-
-
 def _save(path: Path, entry: tuple) -> None:
-    try:
-        atomic_write(path, pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL))
-    except OSError as e:
-        warn_once(f"unwritable:{path.parent}", f"popjit could not save {path} ({e.strerror or e}); this program "
-                  "compiles again in the next process.")
+    keep_entry(path, pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL))

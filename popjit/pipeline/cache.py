@@ -75,7 +75,7 @@ def compile_cached(graph: Graph, target: Target | None, on_ipu: bool = False,
         if on_ipu:  # refuse what the IPU cannot hold before compiling
             check_device_dtypes(graph)
         try:
-            exe = _compile_at_user_line(graph, target, numerics)
+            exe = _compile_at_user_line(graph, target, numerics, key[0])
             with _lock:
                 _keep(key, exe)
         finally:
@@ -84,13 +84,13 @@ def compile_cached(graph: Graph, target: Target | None, on_ipu: bool = False,
     return exe
 
 
-def _compile_at_user_line(graph: Graph, target: Target | None, numerics: Numerics) -> Executable:
+def _compile_at_user_line(graph: Graph, target: Target | None, numerics: Numerics, fingerprint: str) -> Executable:
     """Compile; errors and out-of-memory warnings name the user's line that asked for the program."""
     loc = user_location()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", OutOfMemoryWarning)
         try:
-            exe = compile_graph(graph, target, numerics)
+            exe = compile_graph(graph, target, numerics, fingerprint)
         except OpError as e:
             raise type(e)(f"{e.message}\n  while compiling '{graph.name}'{where(loc)}") from None
     for w in caught:

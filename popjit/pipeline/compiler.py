@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import sys
+import time
+import warnings
 from collections.abc import Callable
 
 from popjit import config
@@ -24,8 +26,10 @@ from popjit.ir.graph import Graph
 from popjit.ir.loop import Program
 from popjit.loop import passes as loop_passes
 from popjit.loop.lower import lower
+from popjit.pipeline import store
 from popjit.pipeline.executable import Executable
 from popjit.schedule import Target, schedule_program
+from popjit.schedule.schedule import OutOfMemoryWarning
 
 GRAPH_PASSES: list[tuple[str, Callable[[Graph], Graph]]] = [
     ("verify", verify),
@@ -64,12 +68,51 @@ def lower_graph(graph: Graph) -> Program:
     return program
 
 
-def compile_graph(graph: Graph, target: Target | None, numerics: Numerics = DEFAULT) -> Executable:
+def compile_graph(graph: Graph, target: Target | None, numerics: Numerics = DEFAULT,
+                  fingerprint: str | None = None) -> Executable:
     """Compile a traced graph into a runnable executable: an IPU program for ``target`` (scheduled onto
     its tiles, with memory, cycles and out-of-memory checks), or with ``target=None`` a host program
     (the same native engine, no IPU schedule). ``numerics``: the floating-point behaviour of the IPU
     device it runs on (``IPUConfig.floating_point_behaviour``). Each phase is timed and logged
-    (:mod:`popjit.codegen.phases`); the codelets' machine code comes on the program's first run."""
+    (:mod:`popjit.codegen.phases`); the codelets' machine code comes on the program's first run.
+
+    A program compiled before, in this process or an earlier one, comes from the executable cache
+    (:mod:`popjit.pipeline.store`) instead: a program that compiles without an out-of-memory warning
+    is kept there (with ``POPJIT_DEBUG`` 2 or more it is compiled, to show its stages, and kept
+    again). ``fingerprint``: the graph's, if the caller has it."""
+    key = store.executable_key(fingerprint or graph.fingerprint(), target, numerics)
+    # why: POPJIT_DEBUG >= 2 asks to see the stages, so the program compiles instead of loading
+    kept = _load_kept(key, graph.name, target) if config.get("DEBUG") < 2 else None
+    if kept is not None:
+        return kept
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", OutOfMemoryWarning)
+        exe = _compile(graph, target, numerics)
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    if not any(issubclass(w.category, OutOfMemoryWarning) for w in caught):  # why: seen on every compile
+        store.save(key, exe.graph, exe.program, exe.engine_source)
+    return exe
+
+
+def _load_kept(key: str, name: str, target: Target | None) -> Executable | None:
+    """The program of ``key`` from the executable cache, logged as the phase "executable cache" (a
+    program not there is compiled, and no phase is logged for looking)."""
+    started = time.perf_counter()
+    kept = store.load(key)
+    if kept is None:
+        return None
+    phases = Phases(name)
+    with phases.phase("executable cache") as phase:
+        graph, program, source = kept
+        exe = Executable(graph, program, target, source, load_engine(source))
+        phase.note = f"loaded in {time.perf_counter() - started:.3f} s"
+    exe.compile_seconds = time.perf_counter() - started
+    _dump(1, f"loaded {name}", lambda: f"from the executable cache in {exe.compile_seconds:.3f} s")
+    return exe
+
+
+def _compile(graph: Graph, target: Target | None, numerics: Numerics) -> Executable:
     phases = Phases(graph.name)
     _dump(2, f"graph IR of {graph.name}", graph.as_text)
     with phases.phase("graph passes"):
@@ -88,7 +131,7 @@ def compile_graph(graph: Graph, target: Target | None, numerics: Numerics = DEFA
     _dump(5, f"codelets of {graph.name}", lambda: "\n".join(r.source for r in source.codelets.values()))
     _dump(6, f"engine of {graph.name}", lambda: source.source)
     engine = load_engine(source)
-    exe = Executable(graph, program, schedule, source, engine, phases.elapsed())
+    exe = Executable(graph, program, target, source, engine, phases.elapsed(), _schedule=schedule)
     _dump(1, f"compiled {graph.name}", lambda: f"{len(source.codelets)} codelets, "
           f"{len(program.temps)} temporaries, {phases.elapsed():.3f} s ({phases.summary()}; "
           "machine code compiles on first run)")

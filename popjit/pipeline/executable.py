@@ -29,7 +29,7 @@ from popjit.ir.loop import Buffer, Program
 from popjit.kernels.jit import threading_layer
 from popjit.kernels.traps import DIV0, INV, OFLO
 from popjit.pipeline import interrupts
-from popjit.schedule import Schedule
+from popjit.schedule import Schedule, Target, schedule_program
 
 
 def device_view(array: np.ndarray, buf: Buffer, in_place: bool = False) -> np.ndarray:
@@ -71,15 +71,23 @@ class Executable:
 
     graph: Graph
     program: Program
-    schedule: Schedule | None  # None: a host program
+    target: Target | None  # None: a host program
     engine_source: EngineSource
     engine: Any
     compile_seconds: float = 0.0
     runs: int = 0
+    _schedule: Schedule | None = None  # computed again on first use for a program from the executable cache
     _const_views: list[np.ndarray] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._const_views = [device_view(b.value, b) for b in self.program.consts]  # type: ignore[arg-type]
+
+    @property
+    def schedule(self) -> Schedule | None:
+        """The program's tile schedule on its IPU (None for a host program)."""
+        if self._schedule is None and self.target is not None:
+            self._schedule = schedule_program(self.program, self.target)
+        return self._schedule
 
     def run(self, args: Sequence[np.ndarray], variables: dict[int, np.ndarray],
             feeds: HostFeeds | None = None, rounding: np.ndarray | None = None) -> list[np.ndarray]:

@@ -1,5 +1,5 @@
 """A damaged or unusable cache never stops a program: each kind of file popjit writes (generated
-modules, program libraries, Numba's index and data files for the kernel library), damaged in
+modules, program libraries, executables, Numba's index and data files for the kernel library), damaged in
 each way (truncated, emptied, overwritten with noise, swapped with another entry's), is warned
 about once with its name, rebuilt, and the program prints the right result. Real directories,
 fresh processes."""
@@ -51,6 +51,7 @@ PROGRAM = textwrap.dedent("""
 KINDS = {
     "generated module": "popjit_gen/*.py",
     "program library": "programs/*.lib",
+    "executable": "executables/*.exe",
     "index of a kernel": "numba/kernels_*/*.nbi",
     "data of a kernel": "numba/kernels_*/*.nbc",
 }

@@ -93,8 +93,13 @@ def test__debug_levels__dump_each_stage(tmp_path):
     assert r.returncode == 0, r.stderr
     for title in ("graph IR of f", "loop IR of f", "tile schedule of f", "codelets of f", "engine of f", "compiled f"):
         assert f"=== popjit: {title} ===" in r.stderr, title
+    again = _run_script(SCRIPT, POPJIT_DEBUG="3", POPJIT_CACHE_DIR=str(tmp_path))
+    assert "=== popjit: loop IR of f ===" in again.stderr, "asked for stages, a kept program compiles again"
     quiet = _run_script(SCRIPT, POPJIT_DEBUG="1", POPJIT_CACHE_DIR=str(tmp_path))
-    assert "=== popjit: compiled f ===" in quiet.stderr and "loop IR" not in quiet.stderr
+    assert "=== popjit: loaded f ===" in quiet.stderr and "loop IR" not in quiet.stderr
+    assert "from the executable cache" in quiet.stderr
+    fresh = _run_script(SCRIPT, POPJIT_DEBUG="1", POPJIT_CACHE_DIR=str(tmp_path / "empty"))
+    assert "=== popjit: compiled f ===" in fresh.stderr
 
 
 CACHE_SCRIPT = """
