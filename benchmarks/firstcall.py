@@ -79,10 +79,11 @@ def first_call(framework: str, workload: str, cache_dir: Path, sizes: dict[str, 
 
 
 def program_files(cache_dir: Path) -> list[Path]:
-    """popjit's cached files of generated code in ``cache_dir`` (its modules and program libraries),
-    leaving the kernel library's machine code, which is compiled once per machine."""
+    """popjit's cached files of a program in ``cache_dir`` (its compiled executables, generated modules
+    and program libraries), leaving what is made once per machine: the kernel library's machine
+    code and the measured matmul choices."""
     root = cache_dir / "popjit"
-    return [*root.glob("gen-*/popjit_gen"), *root.glob("gen-*/programs")]
+    return [*root.glob("gen-*/popjit_gen"), *root.glob("gen-*/programs"), *root.glob("gen-*/executables")]
 
 
 #: The first-call states measured: ``fresh`` (an empty cache: a new machine), ``cold`` (for popjit the

@@ -223,6 +223,7 @@ def test_first_call_child_process(tmp_path) -> None:
     assert any((tmp_path / "popjit").rglob("*.py")), "the child did not use the temporary POPJIT_CACHE_DIR"
     program = firstcall.program_files(tmp_path)
     assert any(list(p.rglob("k_*.py")) for p in program) and any(list(p.rglob("*.lib")) for p in program)
+    assert any(list(p.rglob("*.exe")) for p in program), "the compiled executable goes too: 'cold' compiles"
     kernels = [p for p in (tmp_path / "popjit").rglob("*.nbi") if not any(d in p.parents for d in program)]
     assert kernels, "the kernel library's machine code is kept for the 'cold' run"
     assert all("popjit_gen" not in str(p) for p in kernels)
