@@ -106,6 +106,24 @@ def nocopy_strides(old_shape: Sequence[int], old_strides: Sequence[int],
     return tuple(strides)
 
 
+def split_dims(old: Sequence[int], new: Sequence[int]) -> list[slice] | None:
+    """If reshaping ``old`` to ``new`` only splits dimensions (each old dimension becomes a run of new
+    ones): for each old dimension, the slice of new dimensions it becomes; else None. Such a reshape
+    of a computed value reads it at an affine index (a merge would need a quotient and remainder)."""
+    runs, j = [], 0
+    for d in old:
+        start, size = j, 1
+        while j < len(new) and (size < d or (size == d and j == start)) and size * new[j] <= d:
+            size *= new[j]
+            j += 1
+        while j < len(new) and new[j] == 1 and size == d and d != 1:
+            j += 1
+        if size != d:
+            return None
+        runs.append(slice(start, j))
+    return runs if j == len(new) else None
+
+
 def _unit_dims_map(old: Sequence[int], new: Sequence[int]) -> list[int | None] | None:
     """If ``new`` only inserts or drops size-1 dimensions of ``old``: for each new dimension, the old
     dimension it is (None for an inserted 1)."""
@@ -142,6 +160,10 @@ def _reshape_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
     if at is not None:
         strides = row_major_strides(shape)
         return [Lazy(shape, x.dtype, lambda idx: at(flat_index(idx, strides)), None, x.ops)]
+    splits = split_dims(x.shape, shape) if x.view is None else None
+    if splits is not None:
+        strides = [row_major_strides(shape[run]) for run in splits]
+        return [x.remap(shape, lambda idx: tuple(flat_index(idx[run], s) for run, s in zip(splits, strides)))]
     dense = ctx.materialize(x, "reshape")
     assert dense.view is not None
     return [Lazy.of_buffer(dense.view.buffer, shape)]

@@ -140,3 +140,16 @@ def test__sgd_update_of_a_matmul_product__folded_into_the_gemm():
     for got in (interpreted, [t.numpy() for t in compiled]):
         np.testing.assert_allclose(got[0], ev, rtol=1e-5)
         np.testing.assert_allclose(got[1], eu, rtol=1e-5)
+
+
+def test__reshape_splitting_dims_of_a_computed_value__reads_it_in_place():
+    """[6, 4] -> [2, 3, 4] of ``a + c.T`` (a value whose loads are not all at its flat index): one
+    kernel reading through the split; merging dims of it, [6, 4] -> [24], needs a copy first."""
+    a = np.arange(24, dtype=np.float32).reshape(6, 4)
+    c = np.arange(24, dtype=np.float32).reshape(4, 6) * 10
+    split = lowered(lambda a, c: tf.reshape(a + tf.transpose(c), [2, 3, 4]) * 2.0, a, c)
+    assert len(kernels(split)) == 1 and not split.temps
+    merged = lowered(lambda a, c: tf.reshape(a + tf.transpose(c), [24]) * 2.0, a, c)
+    assert len(kernels(merged)) == 2, "a merge would need a quotient and remainder per element: copied"
+    (out,), _ = interpret(split, [a, c])
+    np.testing.assert_array_equal(out, ((a + c.T) * 2.0).reshape(2, 3, 4))
