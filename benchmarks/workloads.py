@@ -238,7 +238,7 @@ def _matmul_popjit(p: Problem) -> tuple[Callable[[], Any], str]:
 
 
 def _matmul_popjit_gemm(p: Problem) -> tuple[Callable[[], Any], str]:
-    """popjit with ``POPJIT_MATMUL=popjit``: its own gemm, whatever the measured choice."""
+    """popjit with ``POPJIT_MATMUL=popjit``: its own gemm, whatever the setting outside."""
     from popjit import config
 
     run, _ = _matmul_popjit(p)

@@ -1,13 +1,16 @@
 """Which matmuls run on popjit's own gemm (:mod:`popjit.kernels.gemm`) and which on the system BLAS.
 
-``POPJIT_MATMUL=auto`` (the default) measures: the first time a product of a given shape is compiled
+``POPJIT_MATMUL=blas`` (the default) always uses the system BLAS and ``popjit`` always the own gemm;
+``POPJIT_MATMUL=auto`` measures: the first time a product of a given shape is compiled
 on a machine, both ways run it on this process's threads (popjit's gemm split into as many ranges
 as the engine would split it, BLAS as ``matmul_f32`` calls it) and the faster one is kept, in
 ``gemm-choice-<cpu>-<threads>.json`` in the cache generation directory, for every later compile
 on this machine (products below :data:`MEASURED_MACS` multiply-adds are not measured: BLAS). The
 own kernel must be at least :data:`MARGIN` faster to be chosen: on a tie the
 system BLAS stays (never slower than before). Products too large to time quickly are measured at
-a capped size. ``POPJIT_MATMUL=popjit`` or ``blas`` decides without measuring.
+a capped size. Measurement is not the default because it is not reproducible: near the margin
+a choice measured again (a new machine, an emptied cache) can differ, and the two kernels' sums
+round differently, so a seeded run would change in its last bits.
 
 Without a usable CBLAS (NumPy built against another BLAS) the own kernel is the only compiled one;
 with ``POPJIT_DISABLE_NUMBA=1`` it cannot run (it is LLVM IR), and BLAS through NumPy is used.

@@ -23,7 +23,7 @@ def _bool(s: str) -> bool:
 
 
 def _matmul(s: str) -> str:
-    choice = s.strip().lower() or "auto"
+    choice = s.strip().lower() or "blas"
     if choice not in ("auto", "popjit", "blas"):
         raise ValueError(f"POPJIT_MATMUL={s!r}: use auto, popjit or blas")
     return choice
@@ -57,9 +57,10 @@ SETTINGS: dict[str, Setting] = {
                 "build generated codelets' LLVM IR directly (0: compile every codelet with Numba's pipeline)"),
         Setting("PARALLEL_MIN_ELEMENTS", int, 1 << 18,
                 "element-wise codelets at least this large run on all threads"),
-        Setting("MATMUL", _matmul, "auto",
-                "float matmuls: auto (popjit's own gemm where it measured faster than the system BLAS on this "
-                "machine), popjit (always the own gemm), blas (always the system BLAS)"),
+        Setting("MATMUL", _matmul, "blas",
+                "float matmuls: blas (the system BLAS), popjit (popjit's own gemm), auto (the own gemm where it "
+                "measured faster than the BLAS on this machine; not the default: a choice measured again after "
+                "the cache is emptied may differ, and with it a result's last bits)"),
         Setting("SEED", int, None, "popjit run: tf.random.set_seed(N) before the program starts"),
         Setting("NUM_THREADS", int, None,
                 "threads of parallel codelets and matmuls (default: the cores this process may use, from its CPU "

@@ -99,6 +99,23 @@ def test__cse__merges_identical_pure_subexpressions():
     np.testing.assert_allclose(out, np.exp(2 * x) ** 2, rtol=1e-6)
 
 
+def test__cse__drops_multiplications_by_one_that_keep_the_shape():
+    def f(x):
+        ones = tf.reshape(tf.broadcast_to(tf.constant([[1.0]]), [2, 3]), [3, 2])
+        kept = x * ones + ones * x  # both sides: x itself
+        widened = tf.constant(np.ones((4, 3, 2), np.float32)) * x  # a broadcast: a real product
+        return kept, widened, x * 2.0
+
+    x = np.array([[np.nan, -0.0], [np.inf, -1.5], [3.0, 0.0]], np.float32)
+    g = cse(trace(f, x))
+    assert ops_of(g).count("mul") == 2, ops_of(g)
+    kept, widened, doubled = interpret(g, [x])[0]
+    np.testing.assert_array_equal(kept, x + x)
+    assert np.signbit(kept[0, 1]), "-0 * 1 + 1 * -0 is -0"
+    np.testing.assert_array_equal(widened, np.broadcast_to(x, (4, 3, 2)))
+    np.testing.assert_array_equal(doubled, x * 2.0)
+
+
 def test__const_fold__evaluates_constant_subgraphs():
     x = Value(Aval((), F32))
     c1 = Node("constant", [], {"value": np.array(2.0, np.float32)}, [Aval((), F32)])

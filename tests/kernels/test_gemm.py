@@ -107,6 +107,8 @@ def matmul_callees(m: int, n: int, k: int) -> list[str]:
 
 def test__popjit_matmul_setting__chooses_the_kernel_without_measuring(tmp_path, monkeypatch):
     monkeypatch.setenv("POPJIT_CACHE_DIR", str(tmp_path))
+    assert config.get("MATMUL") == "blas", "reproducible by default: no measuring"
+    assert "matmul_f32" in matmul_callees(300, 200, 100)
     with config.context(MATMUL="popjit"):
         assert "gemm" in matmul_callees(300, 200, 100)
     with config.context(MATMUL="blas"):
@@ -123,6 +125,7 @@ def test__a_bad_popjit_matmul_value__names_the_choices(monkeypatch):
 def test__auto__measures_once_per_machine_and_keeps_the_choice_on_disk(tmp_path, monkeypatch):
     monkeypatch.setenv("POPJIT_CACHE_DIR", str(tmp_path))
     gemm_choice._loaded.cache_clear()
+    monkeypatch.setenv("POPJIT_MATMUL", "auto")
     shape = (np.dtype(np.float32), 1, 300, 200, 100, False, True)
     first = uses_own_gemm(*shape)
     path = gemm_choice.choice_path()
