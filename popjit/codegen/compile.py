@@ -164,7 +164,8 @@ class Engine:
             module = _load(self.src.name + "_py", engine_module_source(self.src))
             return getattr(module, self.src.name), tuple(callee_functions(self.src)), None
         start_parallel_runtime()
-        types = [tuple(_argument_type(kind, buffers) for kind in c.kinds) for c in self.src.callees]
+        typed = {kind: _argument_type(kind, buffers) for kind in {k for c in self.src.callees for k in c.kinds}}
+        types = [tuple(typed[kind] for kind in c.kinds) for c in self.src.callees]
         callees = [(c.name, t) for c, t in zip(self.src.callees, types)]
         with Phases(program).phase("machine code") as phase, CompileProgress(program) as progress:
             library = program_library(self.src.name, lambda: engine_module(self.src, types), callees,
