@@ -97,7 +97,7 @@ def test__the_key__holds_what_the_compile_depends_on():
         store.executable_key(fp, None, DEFAULT),
         store.executable_key(fp, ipu2, Numerics(sr=True)),
     ]
-    for setting, value in (("MATMUL", "blas"), ("PARALLEL_MIN_ELEMENTS", 1024), ("DIRECT_CODELETS", False)):
+    for setting, value in (("MATMUL", "popjit"), ("PARALLEL_MIN_ELEMENTS", 1024), ("DIRECT_CODELETS", False)):
         with config.context(**{setting: value}):
             variants.append(store.executable_key(fp, ipu2, DEFAULT))
     with config.context(DEBUG=1):
