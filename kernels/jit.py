@@ -20,6 +20,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import pickle
 import tempfile
 import threading
 import warnings
@@ -156,14 +157,35 @@ def discard_entry(path: Path, error: Exception) -> None:
               "it was deleted and the program is compiled again.")
 
 
-def keep_entry(path: Path, data: bytes) -> None:
-    """Write the cache file ``path`` (:func:`atomic_write`); a directory that cannot take it is warned
-    about once and the program compiles again in the next process."""
+def keep_entry(path: Path, magic: str, key: str, *fields: Any) -> None:
+    """Write the cache file ``path`` (:func:`atomic_write`): ``fields`` pickled after the tag ``magic``
+    and the entry's ``key``, which :func:`read_entry` checks. A directory that cannot take it is warned
+    about once and the program compiles again in the next process; fields that cannot be pickled
+    raise (nothing is written)."""
+    data = pickle.dumps((magic, key, *fields), protocol=pickle.HIGHEST_PROTOCOL)
     try:
         atomic_write(path, data)
     except OSError as e:
         warn_once(f"unwritable:{path.parent}", f"popjit could not save {path} ({e.strerror or e}); this program "
                   "compiles again in the next process.")
+
+
+def read_entry(path: Path, magic: str, key: str) -> tuple | None:
+    """The fields :func:`keep_entry` wrote to ``path`` for ``key``, or None: no such file, or a damaged
+    or foreign one (then it is discarded, :func:`discard_entry`)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return discard_entry(path, e)
+    try:
+        entry = pickle.loads(data)
+        if not (isinstance(entry, tuple) and entry[:2] == (magic, key)):
+            raise ValueError("it is not this entry's file")
+    except Exception as e:  # why: pickle and format errors of every kind mean the file is damaged
+        return discard_entry(path, e)
+    return entry[2:]
 
 
 def usable_dir(path: Path) -> bool:

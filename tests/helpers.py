@@ -1,9 +1,13 @@
 """Helpers shared by the tests: run a function compiled, eagerly on the CPU and eagerly on an IPU,
-and compare against NumPy with per-dtype tolerances."""
+compare against NumPy with per-dtype tolerances, and run a program in a fresh Python process."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,3 +61,13 @@ def assert_close(actual: Any, expected: Any, dtype: Any = None, **tol: Any) -> N
 
 def dtype_of(name: str) -> dtypes.DType:
     return dtypes.as_dtype(name)
+
+
+def run_program(source: str, cache: Path, check: bool = True, **env: str) -> subprocess.CompletedProcess:
+    """``source`` run by a fresh Python with ``POPJIT_CACHE_DIR=cache`` (and ``env``); with ``check``
+    it must exit 0."""
+    out = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "POPJIT_CACHE_DIR": str(cache), **env})
+    if check:
+        assert out.returncode == 0, out.stderr[-3000:]
+    return out

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import pickle
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -39,7 +38,7 @@ from numba.core.runtime import rtsys
 from popjit import config
 from popjit.codegen.direct import Unsupported, emit_codelet
 from popjit.errors import InternalError
-from popjit.kernels.jit import cache_root, discard_entry, fingerprint, keep_entry, usable_dir
+from popjit.kernels.jit import cache_root, discard_entry, fingerprint, keep_entry, read_entry, usable_dir
 
 _log = logging.getLogger("popjit")
 
@@ -91,7 +90,7 @@ def program_library(engine: str, engine_module: Callable[[], Any], callees: Sequ
                 return loaded
         built, entry = _build(key, engine, engine_module(), callees, functions(), progress)
     if path is not None:
-        _save(path, entry)
+        keep_entry(path, MAGIC, key, *entry)
     return built
 
 
@@ -129,7 +128,7 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
     _set_environments(library, environments)
     addresses = [library.get_pointer_to_function(n) for n in names]
     saved_environments = [(env.env_name, list(env.consts)) for env in environments]
-    entry = (MAGIC, key, library.serialize_using_object_code(), engine, names, saved_environments)
+    entry = (library.serialize_using_object_code(), engine, names, saved_environments)
     built = ProgramLibrary(library, library.get_pointer_to_function(engine), addresses, len(symbols), len(environments))
     return built, entry
 
@@ -228,26 +227,17 @@ def _environment(name: str, consts: list) -> Environment:
 
 
 def _load(path: Path, key: str) -> ProgramLibrary | None:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    fields = read_entry(path, MAGIC, key)
+    if fields is None:
         return None
-    except OSError as e:
-        return discard_entry(path, e)
     try:
-        magic, owner, serialized, engine, names, environments = pickle.loads(data)
-        if magic != MAGIC or owner != key:
-            raise ValueError("it is not the program library of this program")
+        serialized, engine, names, environments = fields
         target = cpu_target.target_context
         rtsys.initialize(target)  # why: registers Numba's run-time (NRT) symbols the machine code refers to
         library = target.codegen().unserialize_library(serialized)
         _set_environments(library, [_environment(name, consts) for name, consts in environments])
         addresses = [library.get_pointer_to_function(n) for n in names]
         entry = library.get_pointer_to_function(engine)
-    except Exception as e:  # why: pickle, LLVM and format errors of every kind mean the file is damaged
+    except Exception as e:  # why: LLVM and format errors of every kind mean the file is damaged
         return discard_entry(path, e)
     return ProgramLibrary(library, entry, addresses, 0)
-
-
-def _save(path: Path, entry: tuple) -> None:
-    keep_entry(path, pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL))

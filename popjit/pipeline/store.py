@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ import llvmlite.binding as llvm
 import popjit
 from popjit import config
 from popjit.flags import poplar_flags
-from popjit.kernels.jit import cache_root, discard_entry, fingerprint, keep_entry, usable_dir
+from popjit.kernels.jit import cache_root, fingerprint, keep_entry, read_entry, usable_dir
 from popjit.kernels.threads import threads_to_use
 
 _log = logging.getLogger("popjit")
@@ -75,21 +74,7 @@ def load(key: str) -> tuple[Any, Any, Any] | None:
     """The kept ``(graph, program, engine_source)`` of ``key``, or None (not kept, or damaged: then
     its file is deleted, with one warning)."""
     path = executable_path(key)
-    if path is None:
-        return None
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        return discard_entry(path, e)
-    try:
-        magic, owner, graph, program, source = pickle.loads(data)
-        if magic != MAGIC or owner != key:
-            raise ValueError("it is not the executable of this program")
-    except Exception as e:  # why: pickle and format errors of every kind mean the file is damaged
-        return discard_entry(path, e)
-    return graph, program, source
+    return None if path is None else read_entry(path, MAGIC, key)
 
 
 def save(key: str, graph: Any, program: Any, source: Any) -> None:
@@ -99,9 +84,6 @@ def save(key: str, graph: Any, program: Any, source: Any) -> None:
     if path is None:
         return
     try:
-        data = pickle.dumps((MAGIC, key, graph, program, source), protocol=pickle.HIGHEST_PROTOCOL)
+        keep_entry(path, MAGIC, key, graph, program, source)
     except Exception as e:  # why: a graph may hold a Python object pickle cannot save: keep it in memory only
         _log.debug("'%s' is not kept in the executable cache: %s", getattr(graph, "name", "?"), e)
-        return
-    keep_entry(path, data)
-

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import run_program
+
 pytestmark = pytest.mark.slow
 
 PROGRAM = textwrap.dedent("""
@@ -58,10 +60,7 @@ KINDS = {
 
 
 def run(cache: Path, home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "POPJIT_CACHE_DIR": str(cache), "HOME": str(home)}
-    out = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, env=env, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out
+    return run_program(PROGRAM, cache, HOME=str(home))
 
 
 def result(out: subprocess.CompletedProcess) -> str:

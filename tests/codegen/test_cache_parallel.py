@@ -8,13 +8,13 @@ same trap for Numba's own cached parallel functions). Real directories, fresh pr
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import run_program
 
 pytestmark = pytest.mark.slow
 
@@ -42,8 +42,7 @@ PROGRAM = textwrap.dedent("""
 
 
 def run(cache: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "POPJIT_CACHE_DIR": str(cache)}
-    return subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, env=env, timeout=600)
+    return run_program(PROGRAM, cache, check=False)
 
 
 def test__parallel_codelets_from_the_cache__run_in_a_new_process(tmp_path: Path) -> None:

@@ -5,10 +5,8 @@ out-of-memory is not kept. Real files, real processes. (A damaged entry: test_ca
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 import textwrap
 import warnings
 from pathlib import Path
@@ -23,6 +21,7 @@ from popjit.pipeline import store
 from popjit.pipeline.compiler import compile_graph
 from popjit.schedule.schedule import OutOfMemoryWarning
 from popjit.schedule.target import make_target
+from tests.helpers import run_program
 
 PROGRAM = textwrap.dedent("""
     import hashlib, logging, sys
@@ -52,10 +51,7 @@ PROGRAM = textwrap.dedent("""
 
 
 def run(cache: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "POPJIT_CACHE_DIR": str(cache)}
-    out = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, env=env, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out
+    return run_program(PROGRAM, cache)
 
 
 def printed(out: subprocess.CompletedProcess, what: str) -> str:
