@@ -89,10 +89,12 @@ def test__disable_numba__runs_generated_code_as_python(tmp_path):
 
 
 def test__debug_levels__dump_each_stage(tmp_path):
-    r = _run_script(SCRIPT, POPJIT_DEBUG="6", POPJIT_CACHE_DIR=str(tmp_path))
+    r = _run_script(SCRIPT, POPJIT_DEBUG="7", POPJIT_CACHE_DIR=str(tmp_path))
     assert r.returncode == 0, r.stderr
     for title in ("graph IR of f", "loop IR of f", "tile schedule of f", "codelets of f", "engine of f", "compiled f"):
         assert f"=== popjit: {title} ===" in r.stderr, title
+    assembly = r.stderr.split("=== popjit: machine code of program library ", 1)
+    assert len(assembly) == 2 and re.search(r"^\s+(ret|vmov|mov)", assembly[1], re.M), "level 7: the assembly"
     again = _run_script(SCRIPT, POPJIT_DEBUG="3", POPJIT_CACHE_DIR=str(tmp_path))
     assert "=== popjit: loop IR of f ===" in again.stderr, "asked for stages, a kept program compiles again"
     quiet = _run_script(SCRIPT, POPJIT_DEBUG="1", POPJIT_CACHE_DIR=str(tmp_path))
