@@ -9,7 +9,8 @@ signature is::
 
 A call the statement tree marks ``split`` runs a codelet over ranges of its outermost loop on
 Numba's thread pool (``numba_parallel_for``, through a small task function per codelet that
-unpacks the arguments from a stack frame), or inline when one task's worth of iterations would do.
+unpacks the arguments from a stack frame and claims chunks of the loop until none is left), or
+inline when one task's worth of iterations would do.
 
 ``data``/``sizes``: each buffer's address and element count; ``P``, ``F``, ``S``, ``R`` as in
 :mod:`popjit.codegen.engine`; ``K``: the callees' C entry points (Numba's cfunc wrappers), each of
@@ -36,6 +37,11 @@ from popjit.codegen.numerics import TRAPPED
 _I64 = ir.IntType(64)
 _PTR = ir.IntType(8).as_pointer()
 _SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int64, *[ctypes.c_void_p] * 7)
+
+#: A split call's stack frame starts with these int64 fields, then the callee's arguments.
+_FRAME_HEADER = _CALLEE, _RESULT, _NEXT, _COUNT, _CHUNK = range(5)
+CHUNKS_PER_THREAD = 4
+"""A split loop is cut into about this many chunks per thread (none shorter than the call's grain)."""
 
 
 class NativeEngine:
@@ -159,28 +165,37 @@ class _Builder:
 
     def split(self, node: Invoke, args: list[ir.Value]) -> ir.Value:
         """Run the callee over ranges of its outermost loop: inline when one task's worth of
-        iterations or one thread, else one range per thread on Numba's thread pool (its
-        ``parallel_for`` splits ``[0, count)`` evenly and waits for every task). The result is the
-        bitwise OR of the ranges' results (their trap masks)."""
+        iterations or one thread, else on Numba's thread pool, one task per thread, each claiming
+        chunks of the loop from a shared counter until none is left. The result is the bitwise OR
+        of the chunks' results (their trap masks).
+
+        why claim chunks: the pool hands each thread a fixed share, so on a machine shared with other
+        processes the thread whose core is busy finished last and the rest waited (the chain
+        benchmark's spread was 2x); with :data:`CHUNKS_PER_THREAD` chunks per thread the free ones take
+        over its work. Which thread runs a chunk never changes what the chunk computes."""
         b = self.builder
         assert node.split is not None
         count, grain = (self.argument(expr, numba.types.int64) for expr in node.split)
         threads = b.sext(b.call(self.runtime("get_num_threads", ir.IntType(32), []), []), _I64)
         wanted = b.sdiv(b.add(count, b.sub(grain, _I64(1))), grain)
         tasks = b.select(b.icmp_signed("<", wanted, threads), wanted, threads)
-        frame_type = ir.LiteralStructType([_I64, _I64, *(a.type for a in args)])  # callee, result, arguments
+        frame_type = ir.LiteralStructType([_I64] * len(_FRAME_HEADER) + [a.type for a in args])
         frame = self.local(frame_type)
         with b.if_else(b.icmp_signed("<=", tasks, _I64(1))) as (inline, threaded):
             with inline:
                 fn = self.callee(node.slot, [*(a.type for a in args), _I64, _I64])
-                b.store(b.call(fn, [*args, _I64(0), count]), self.field(frame, 1))
+                b.store(b.call(fn, [*args, _I64(0), count]), self.field(frame, _RESULT))
             with threaded:
-                b.store(self.element(self.callees, node.slot, _I64), self.field(frame, 0))
-                b.store(_I64(0), self.field(frame, 1))
+                pieces = b.mul(tasks, _I64(CHUNKS_PER_THREAD))
+                share = b.sdiv(b.add(count, b.sub(pieces, _I64(1))), pieces)
+                header = {_CALLEE: self.element(self.callees, node.slot, _I64), _RESULT: _I64(0), _NEXT: _I64(0),
+                          _COUNT: count, _CHUNK: b.select(b.icmp_signed("<", share, grain), grain, share)}
+                for index, value in header.items():
+                    b.store(value, self.field(frame, index))
                 for i, a in enumerate(args):
-                    b.store(a, self.field(frame, 2 + i))
-                self.parallel_for(self.task(node.slot, frame_type), count, tasks, frame)
-        return b.load(self.field(frame, 1))
+                    b.store(a, self.field(frame, len(_FRAME_HEADER) + i))
+                self.parallel_for(self.task(node.slot, frame_type), tasks, tasks, frame)
+        return b.load(self.field(frame, _RESULT))
 
     def field(self, struct_pointer: ir.Value, index: int) -> ir.Value:
         return _field(self.builder, struct_pointer, index)
@@ -214,7 +229,8 @@ class _Builder:
 
     def task(self, slot: int, frame_type: ir.LiteralStructType) -> ir.Function:
         """The pool's task for ``K[slot]``: ``void task(i8 **args, i64 *dims, i64 *steps, i8 *frame)``
-        calls the callee with the frame's arguments over its range and ORs the result into the frame."""
+        claims chunks ``[lo, lo + chunk)`` of the frame's loop (an atomic add on its counter) and calls
+        the callee over each until the loop is done, ORing the results into the frame."""
         module = self.function.module
         name = f"{self.src.name}.task{slot}"
         if name in module.globals:
@@ -222,15 +238,25 @@ class _Builder:
         function = ir.Function(module, ir.FunctionType(ir.VoidType(), [_PTR.as_pointer(), _I64.as_pointer(),
                                                                       _I64.as_pointer(), _PTR]), name)
         function.linkage = "internal"
-        args, dims, _, data = function.args
-        b = ir.IRBuilder(function.append_basic_block("entry"))
+        data = function.args[3]
+        entry, claim, run, done = (function.append_basic_block(n) for n in ("entry", "claim", "run", "done"))
+        b = ir.IRBuilder(entry)
         frame = b.bitcast(data, frame_type.as_pointer())
         fields = [b.load(_field(b, frame, i)) for i in range(len(frame_type.elements))]
-        lo = b.ptrtoint(b.load(args), _I64)
-        hi = b.add(lo, b.load(dims))
-        fnty = ir.FunctionType(_I64, [*frame_type.elements[2:], _I64, _I64])
-        result = b.call(b.inttoptr(fields[0], fnty.as_pointer()), [*fields[2:], lo, hi])
-        b.atomic_rmw("or", _field(b, frame, 1), result, "monotonic")
+        count, chunk = fields[_COUNT], fields[_CHUNK]
+        fnty = ir.FunctionType(_I64, [*frame_type.elements[len(_FRAME_HEADER):], _I64, _I64])
+        callee = b.inttoptr(fields[_CALLEE], fnty.as_pointer())
+        b.branch(claim)
+        b.position_at_end(claim)
+        lo = b.atomic_rmw("add", _field(b, frame, _NEXT), chunk, "monotonic")
+        b.cbranch(b.icmp_signed("<", lo, count), run, done)
+        b.position_at_end(run)
+        end = b.add(lo, chunk)
+        hi = b.select(b.icmp_signed("<", end, count), end, count)
+        result = b.call(callee, [*fields[len(_FRAME_HEADER):], lo, hi])
+        b.atomic_rmw("or", _field(b, frame, _RESULT), result, "monotonic")
+        b.branch(claim)
+        b.position_at_end(done)
         b.ret_void()
         return function
 

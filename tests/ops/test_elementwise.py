@@ -820,16 +820,17 @@ def test__errors__select_incompatible_shapes__raise(select_shapes: tuple) -> Non
 
 
 # ----------------------------------------------------------------------------------------------
-# Large tensors run the multi-threaded codelets (prange over chunks of the outer loop).
+# Large tensors run the multi-threaded codelets: each thread claims chunks of the outer loop.
 
 
 @pytest.mark.slow
-def test__parallel_codelets__match_reference() -> None:
+@pytest.mark.parametrize("rows, cols", [(37, 1031), (997, 131)])  # 2 chunks; 4 chunks of 250 rows, the last short
+def test__parallel_codelets__match_reference(rows: int, cols: int) -> None:
     from popjit import config
 
     rng = np.random.default_rng(7)
-    x = rng.standard_normal((37, 1031)).astype(np.float32)
-    y = rng.standard_normal((1031,)).astype(np.float32)
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    y = rng.standard_normal((cols,)).astype(np.float32)
     h = x.astype(np.float16)
 
     def fn(a: Any, c: Any, d: Any) -> Any:
