@@ -2,10 +2,11 @@
 library and cached as one file.
 
 The engine (:mod:`popjit.codegen.native`) calls its callees (generated codelets, library kernels
-such as ``matmul_f32``) through their C entry points. They are compiled together: Numba types and
-lowers each one (``no_compile``) into one shared code library, the engine's LLVM module joins it,
-and LLVM optimises it and turns it into machine code once, instead of once per function. The
-library's object code, the symbol names of the engine and the entry points, and the functions'
+such as ``matmul_f32``) through their C entry points. They are compiled together, in a few parts
+(:func:`balanced_parts`, two per thread) that :mod:`popjit.codegen.machine` optimises and turns
+into object code in parallel: each codelet is written as LLVM IR (or typed and lowered by Numba,
+``no_compile``) into its part, the engine's LLVM module joins one, and each part is optimised and
+compiled once, instead of once per function. The parts' object code, the symbol names of the engine and the entry points, and the functions'
 Numba environments (their constants) are saved as ``programs/<key>.lib`` in the cache generation
 directory, ``<key>`` hashing the engine, the callees (their names hash their source), the types
 they are called with and the host CPU. A later process loads that one file: no typing, no
@@ -24,12 +25,13 @@ import hashlib
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numba
 from llvmlite import ir
-from numba.core import compiler
+from numba.core import cgutils, compiler
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.environment import Environment, lookup_environment
 from numba.core.registry import cpu_target
@@ -37,8 +39,10 @@ from numba.core.runtime import rtsys
 
 from popjit import config
 from popjit.codegen.direct import Unsupported, emit_codelet
+from popjit.codegen.machine import Part, object_code
 from popjit.errors import InternalError
 from popjit.kernels.jit import cache_root, discard_entry, fingerprint, keep_entry, read_entry, usable_dir
+from popjit.kernels.threads import threads_to_use
 
 _log = logging.getLogger("popjit")
 
@@ -46,14 +50,15 @@ _log = logging.getLogger("popjit")
 Progress = Callable[[int, int], None]
 
 #: Marks a program library file; a file without it is not one (damaged or foreign).
-MAGIC = "popjit-program-library-1"
+MAGIC = "popjit-program-library-2"
 
 
 class ProgramLibrary:
     """Loaded machine code: the engine's entry point, and ``addresses[i]`` the C entry point of callee ``i``."""
 
-    def __init__(self, library: Any, engine: int, addresses: list[int], compiled: int, through_numba: int = 0) -> None:
-        self._library = library  # why: owns the machine code behind the addresses
+    def __init__(self, libraries: list[Any], engine: int, addresses: list[int], compiled: int,
+                 through_numba: int = 0) -> None:
+        self._libraries = libraries  # why: they own the machine code behind the addresses
         self.engine = engine
         self.addresses = addresses
         self.compiled = compiled  # functions compiled to build it (0: loaded from the cache)
@@ -64,7 +69,7 @@ def library_key(engine: str, callees: Sequence[tuple[str, tuple]]) -> str:
     """The cache key of a program library: its engine, its callees' names and argument types, the host
     CPU, and how its codelets are built (``POPJIT_DIRECT_CODELETS``)."""
     host = cpu_target.target_context.codegen().magic_tuple()
-    text = repr((fingerprint(), host, engine, [(name, tuple(str(t) for t in types)) for name, types in callees],
+    text = repr((MAGIC, fingerprint(), host, engine, [(name, tuple(str(t) for t in types)) for name, types in callees],
                  bool(config.get("DIRECT_CODELETS"))))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -99,38 +104,92 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
     typing, target = cpu_target.typing_context, cpu_target.target_context
     typing.refresh()
     target.refresh()
-    library = target.codegen().create_library("popjit_program")
-    library.enable_object_caching()
-    direct = _DirectCodelets(library) if config.get("DIRECT_CODELETS") else None
+    distinct = list({(id(fn), types): (name, fn, types) for (name, types), fn in zip(callees, functions)}.values())
+    direct = _DirectCodelets() if config.get("DIRECT_CODELETS") else None
+    sources = [_codelet_source(fn) if direct else None for _, fn, _ in distinct]
+    weights = [len(source) if source else _OTHER_WEIGHT for source in sources] + [_OTHER_WEIGHT]  # + the engine
+    threads = threads_to_use()
+    part_of = balanced_parts(weights, PARTS_PER_THREAD * threads if threads > 1 else 1)
+    parts = [_Part(target.codegen().create_library(f"popjit_program.{i}")) for i in range(max(part_of) + 1)]
     symbols: dict[tuple[int, tuple], str] = {}
     environments = []
-    total = len({(id(fn), types) for (_, types), fn in zip(callees, functions)})
-    for (name, types), fn in zip(callees, functions):
-        if (id(fn), types) in symbols:
-            continue
-        symbol = direct.emit(fn, types) if direct is not None else None
+    for (name, fn, types), source, p in zip(distinct, sources, part_of):
+        part = parts[p]
+        symbol = direct.emit(part.library, part.texts, fn, types, source) if direct and source else None
         if symbol is None and fn.py_func.__module__.startswith(KERNELS):
-            symbol = _link_kernel(library, fn, types, f"popjit.kernel.{len(symbols)}")
+            symbol = _link_kernel(part.library, fn, types, f"popjit.kernel.{len(symbols)}")
         if symbol is None:
             compiled = compiler.compile_extra(typing, target, fn.py_func, types, None, _flags(fn),
-                                              fn._compiler.locals, library=library)
+                                              fn._compiler.locals, library=part.library)
             _check_returns_int64(name, compiled)
             symbol = compiled.fndesc.llvm_cfunc_wrapper_name
             environments.append(compiled.environment)
         symbols[(id(fn), types)] = symbol
         if progress is not None:
-            progress(len(symbols), total)
-    library.add_ir_module(engine_module)
-    library.finalize()
-    if config.get("DEBUG") >= 7:
-        print(f"=== popjit: machine code of program library {key} ===\n{library.get_asm_str()}", file=sys.stderr)
+            progress(len(symbols), len(distinct))
+    parts[part_of[-1]].library.add_ir_module(engine_module)
+    debug = config.get("DEBUG") >= 7
+    linked = _LinkedModules()
+    compiled_parts = object_code([linked.part(part) for part in parts], threads, assembly=debug)
+    if debug:
+        assembly = "\n".join(part.assembly or "" for part in compiled_parts)
+        print(f"=== popjit: machine code of program library {key} ===\n{assembly}", file=sys.stderr)
     names = [symbols[(id(fn), types)] for (_, types), fn in zip(callees, functions)]
-    _set_environments(library, environments)
-    addresses = [library.get_pointer_to_function(n) for n in names]
-    saved_environments = [(env.env_name, list(env.consts)) for env in environments]
-    entry = (library.serialize_using_object_code(), engine, names, saved_environments)
-    built = ProgramLibrary(library, library.get_pointer_to_function(engine), addresses, len(symbols), len(environments))
+    serialized = [(part.library.name, "object", (compiled.code, compiled.bitcode))
+                  for part, compiled in zip(parts, compiled_parts)]
+    entry = (serialized, engine, names, [(env.env_name, list(env.consts)) for env in environments])
+    built = _loaded(serialized, engine, names, environments)
+    built.compiled, built.through_numba = len(symbols), len(environments)
     return built, entry
+
+
+#: The weight of a callee that is not a generated codelet written as LLVM IR (its source length is).
+_OTHER_WEIGHT = 2000
+PARTS_PER_THREAD = 2
+"""With more than one thread, a program library is compiled in up to this many parts per thread (so a
+thread that finishes early takes another part); with one, in one part."""
+
+
+@dataclass
+class _Part:
+    """A part of a program library: a code library (its Numba-compiled functions and the kernels
+    linked in) and the IR text of its codelets, parsed on the thread that compiles the part."""
+
+    library: Any
+    texts: list[str] = field(default_factory=list)
+
+
+def balanced_parts(weights: Sequence[int], parts: int) -> list[int]:
+    """The part (0, 1, …) of each of ``weights``, into at most ``parts`` parts of about equal sums:
+    heaviest first, each to the lightest part so far. No part is empty."""
+    count = max(1, min(parts, len(weights)))
+    totals = [0] * count
+    part_of = [0] * len(weights)
+    for i in sorted(range(len(weights)), key=lambda i: -weights[i]):
+        lightest = totals.index(min(totals))
+        totals[lightest] += weights[i]
+        part_of[i] = lightest
+    return part_of
+
+
+def _codelet_source(fn: Any) -> str | None:
+    """The source of a generated codelet (None for any other function)."""
+    return getattr(sys.modules.get(fn.py_func.__module__), "__source__", None)
+
+
+class _LinkedModules:
+    """The bitcode of the modules a part links to (its kernels), each library's made once per build."""
+
+    def __init__(self) -> None:
+        self.bitcode: dict[int, bytes] = {}
+
+    def part(self, part: _Part) -> Part:
+        """``part`` to compile: its library's own module, its codelets' IR and its kernels' modules."""
+        kernels = list({id(lib): lib for lib in part.library._linking_libraries}.values())
+        for lib in kernels:
+            if id(lib) not in self.bitcode:
+                self.bitcode[id(lib)] = lib._get_module_for_linking().as_bitcode()
+        return Part(part.library._final_module.as_bitcode(), part.texts, [self.bitcode[id(lib)] for lib in kernels])
 
 
 def _check_returns_int64(name: str, compiled: Any) -> None:
@@ -167,33 +226,30 @@ def _link_kernel(library: Any, fn: Any, types: tuple, symbol: str) -> str:
 
 
 class _DirectCodelets:
-    """Generated codelets written as LLVM IR by :mod:`popjit.codegen.direct`, one module each, into the
-    program library (those it cannot translate are left to Numba)."""
+    """Generated codelets written as LLVM IR by :mod:`popjit.codegen.direct`, one module each, into a
+    code library (those it cannot translate are left to Numba)."""
 
-    def __init__(self, library: Any) -> None:
-        self.library = library
+    def __init__(self) -> None:
         self.context: Any = None
         self.count = 0
 
-    def emit(self, fn: Any, types: tuple) -> str | None:
-        """The symbol of ``fn`` for ``types`` added to the library, or None (not a generated codelet, or
-        outside what the translator handles)."""
-        source = getattr(sys.modules.get(fn.py_func.__module__), "__source__", None)
-        if source is None:
-            return None
+    def emit(self, library: Any, texts: list[str], fn: Any, types: tuple, source: str) -> str | None:
+        """The symbol of generated codelet ``fn`` (of ``source``) for ``types``, its module's IR appended
+        to ``texts`` (the kernels it calls linked to ``library``), or None (outside what the translator
+        handles)."""
         if self.context is None:
             self.context = compiler._make_subtarget(cpu_target.target_context, _flags(fn))
         name = fn.py_func.__name__
         symbol = f"{name}.{self.count}"
         module = self.context.create_module(symbol)
         try:
-            with self.context.push_code_library(self.library):
+            with self.context.push_code_library(library):
                 emit_codelet(self.context, module, symbol, source, name, fn.py_func.__globals__, types)
         except Unsupported as e:
             _log.debug("%s is compiled by Numba: %s", name, e)
             return None
-        self.context.post_lowering(module, self.library)  # why: the codelet's fast-math flags
-        self.library.add_ir_module(module)
+        self.context.post_lowering(module, library)  # why: the codelet's fast-math flags
+        texts.append(cgutils.normalize_ir_text(str(module)))
         self.count += 1
         return symbol
 
@@ -232,12 +288,17 @@ def _load(path: Path, key: str) -> ProgramLibrary | None:
         return None
     try:
         serialized, engine, names, environments = fields
-        target = cpu_target.target_context
-        rtsys.initialize(target)  # why: registers Numba's run-time (NRT) symbols the machine code refers to
-        library = target.codegen().unserialize_library(serialized)
-        _set_environments(library, [_environment(name, consts) for name, consts in environments])
-        addresses = [library.get_pointer_to_function(n) for n in names]
-        entry = library.get_pointer_to_function(engine)
+        return _loaded(serialized, engine, names, [_environment(name, consts) for name, consts in environments])
     except Exception as e:  # why: LLVM and format errors of every kind mean the file is damaged
         return discard_entry(path, e)
-    return ProgramLibrary(library, entry, addresses, 0)
+
+
+def _loaded(serialized: list[tuple], engine: str, names: list[str], environments: list[Any]) -> ProgramLibrary:
+    """Load a program library's parts (object code and the bitcode naming their symbols) into Numba's
+    JIT, as a library built in this process or read from the cache."""
+    target = cpu_target.target_context
+    rtsys.initialize(target)  # why: registers Numba's run-time (NRT) symbols the machine code refers to
+    libraries = [target.codegen().unserialize_library(part) for part in serialized]
+    _set_environments(libraries[0], environments)
+    addresses = [libraries[0].get_pointer_to_function(n) for n in names]  # why: the JIT's symbols are process-wide
+    return ProgramLibrary(libraries, libraries[0].get_pointer_to_function(engine), addresses, 0)

@@ -1,0 +1,167 @@
+"""Object code for several LLVM modules at once, one thread each.
+
+A program library is cut into parts (:mod:`popjit.codegen.library`): a part is an LLVM module (as
+bitcode), the IR text of more modules to link into it (the codelets written as IR) and the modules
+of the libraries they call (the kernels, linked last: LLVM's linker takes only the functions of
+theirs that are referenced by then). Each part's modules are parsed, given Numba's per-function
+passes, linked, optimised and turned into object code here, the parts in parallel on the cores
+popjit may use.
+
+llvmlite runs every call into LLVM under one process-wide lock, because its modules share LLVM's
+global context, which is not safe to use from two threads. LLVM allows threads that use separate
+contexts (and separate target machines): each part is parsed into a context of its own, optimised
+with its own pass builder and emitted by its own target machine, so the two long calls (the
+optimisation pipeline and the code emission) run without llvmlite's lock and release the GIL.
+Nothing in the global context is touched by them.
+
+The optimisation is Numba's: the function passes ``CodeLibrary.add_ir_module`` runs on each added
+module, then its "cheap" module pipeline (inlining, for reference-count pruning) and its full one,
+with Numba's options and target machine settings, so the machine code is what Numba's own
+``add_ir_module`` and ``finalize`` would have made.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import llvmlite.binding as ll
+from llvmlite.binding import ffi
+from numba.core import config as numba_config
+from numba.core.codegen import _parse_refprune_flags
+from numba.core.llvm_bindings import create_pass_builder
+from numba.core.registry import cpu_target
+
+
+@dataclass(frozen=True)
+class ObjectCode:
+    """One part compiled: its object code, its optimised module as bitcode (the symbols it defines,
+    for the JIT's lookup) and, when asked for, its assembly."""
+
+    code: bytes
+    bitcode: bytes
+    assembly: str | None = None
+
+
+@dataclass(frozen=True)
+class Part:
+    """What one thread compiles: a module as bitcode, the IR text of modules to link into it, and the
+    bitcode of the library modules they call."""
+
+    bitcode: bytes
+    texts: Sequence[str] = ()
+    libraries: Sequence[bytes] = ()
+
+
+def object_code(parts: Sequence[Part], threads: int, assembly: bool = False) -> list[ObjectCode]:
+    """Optimise and compile each of ``parts`` on up to ``threads`` threads, each taking the next part
+    when it is done (give the heaviest parts first)."""
+    if threads <= 1 or len(parts) <= 1:
+        return [_compile(p, assembly) for p in parts]
+    with ThreadPoolExecutor(min(threads, len(parts)), thread_name_prefix="popjit-llvm") as pool:
+        return list(pool.map(_compile, parts, [assembly] * len(parts)))
+
+
+def _compile(part: Part, assembly: bool) -> ObjectCode:
+    context = ll.create_context()
+    module = ll.parse_bitcode(part.bitcode, context=context)
+    try:
+        machine = _target_machine()
+        for text in part.texts:
+            _link(module, _function_passes(_parse(text, context), machine))
+        for library in part.libraries:
+            _link(module, ll.parse_bitcode(library, context=context))
+        for pipeline in _pipelines(machine):
+            manager, builder = pipeline
+            _unlocked("LLVMPY_RunNewModulePassManager")(manager, module, builder)
+        code = _emit(machine, module, as_object=True)
+        text = _emit(machine, module, as_object=False).decode() if assembly else None
+        return ObjectCode(code, module.as_bitcode(), text)
+    finally:
+        module.close()  # why: a module must go before its context
+        context.close()
+
+
+def _target_machine() -> Any:
+    """A target machine of the host, set up as the one of Numba's JIT (CPU, features, relocation)."""
+    codegen = cpu_target.target_context.codegen()
+    options: dict[str, Any] = {"opt": numba_config.OPT}
+    codegen._customize_tm_options(options)
+    return ll.Target.from_triple(ll.get_process_triple()).create_target_machine(**options)
+
+
+def _parse(text: str, context: Any) -> Any:
+    """The module of IR ``text`` in ``context``, checked (as ``CodeLibrary.add_ir_module`` does)."""
+    with ffi.OutputString() as error:
+        module = ll.ModuleRef(_unlocked("LLVMPY_ParseAssembly")(context, ctypes.c_char_p(text.encode()), error),
+                              context)
+        if error:
+            module.close()
+            raise RuntimeError(f"LLVM IR parsing error\n{error}")
+    module.verify()
+    return module
+
+
+def _function_passes(module: Any, machine: Any) -> Any:
+    """``module`` after Numba's function-level passes on each of its functions."""
+    module.data_layout = str(machine.target_data)
+    run = _unlocked("LLVMPY_RunNewFunctionPassManager")
+    for function in module.functions:
+        builder = create_pass_builder(machine, opt=numba_config.OPT, loop_vectorize=numba_config.LOOP_VECTORIZE,
+                                      slp_vectorize=numba_config.SLP_VECTORIZE)
+        manager = builder.getFunctionPassManager()
+        if numba_config.LLVM_REFPRUNE_PASS:
+            manager.add_refprune_pass(_parse_refprune_flags())
+        run(manager, function, builder)
+    return module
+
+
+def _link(into: Any, module: Any) -> None:
+    """Link ``module`` into ``into`` (both in one context); ``module`` is consumed."""
+    with ffi.OutputString() as error:
+        failed = _unlocked("LLVMPY_LinkModules")(into, module, error)
+        module.detach()  # why: LLVM destroyed it
+        if failed:
+            raise RuntimeError(str(error))
+
+
+def _pipelines(machine: Any) -> list[tuple[Any, Any]]:
+    """Numba's final-module pipelines for ``machine``: the cheap one, then the full one."""
+    codegen = cpu_target.target_context.codegen()
+    cheap = create_pass_builder(machine, opt=codegen._opt_level, loop_vectorize=codegen._loopvect,
+                                slp_vectorize=False)
+    full = create_pass_builder(machine, opt=numba_config.OPT, loop_vectorize=numba_config.LOOP_VECTORIZE,
+                               slp_vectorize=numba_config.SLP_VECTORIZE)
+    pipelines = []
+    for builder, is_cheap in ((cheap, True), (full, False)):
+        manager = builder.getModulePassManager()
+        if is_cheap and numba_config.OPT != 0:
+            manager.add_loop_rotate_pass()
+            manager.add_instruction_combine_pass()
+            manager.add_jump_threading_pass()
+        if numba_config.LLVM_REFPRUNE_PASS:
+            manager.add_refprune_pass(_parse_refprune_flags())
+        pipelines.append((manager, builder))
+    return pipelines
+
+
+def _emit(machine: Any, module: Any, as_object: bool) -> bytes:
+    """``machine``'s object code (or assembly) for ``module``, emitted without llvmlite's lock."""
+    with ffi.OutputString() as error:
+        buffer = _unlocked("LLVMPY_TargetMachineEmitToMemory")(machine, module, int(as_object), error)
+        if not buffer:
+            raise RuntimeError(str(error))
+    try:
+        return ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(buffer), ffi.lib.LLVMPY_GetBufferSize(buffer))
+    finally:
+        ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
+
+
+def _unlocked(name: str) -> Any:
+    """llvmlite's C function ``name`` without its process-wide lock (see the module docstring); the
+    locked one if this llvmlite does not expose it."""
+    function = getattr(ffi.lib, name)
+    return getattr(function, "_cfn", function)
