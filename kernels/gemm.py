@@ -7,8 +7,8 @@
   adds one rank-1 update per step of ``k``: two vector loads of ``B``, six broadcasts of ``A``,
   twelve fused multiply-adds. It is written with llvmlite (Numba's typed code cannot name vector
   registers) and reaches Numba code as an intrinsic;
-- the driver (:func:`gemm_block`, Numba) cuts ``k`` into ``KC`` slices and rows into ``MC`` blocks,
-  packs ``A`` and ``B`` into contiguous micro-panels (zero-padded at the edges) so the kernel
+- the driver (:func:`gemm_block`, Numba) cuts ``k`` into equal slices of at most ``KC_MAX`` and
+  rows into ``MC`` blocks, packs ``A`` and ``B`` into contiguous micro-panels (zero-padded at the edges) so the kernel
   streams them from L1/L2, and leaves operands unpacked where packing would cost more than it
   saves (few rows: ``B`` is read in place; few columns: ``A`` is);
 - every operand is addressed by strides, so transposed operands need no copy;
@@ -32,8 +32,12 @@ from numba.extending import intrinsic
 from .gemm_choice import MR
 from .jit import codelet
 
-#: ``k`` per packed slice (a ``KC x NR`` panel of B stays in L1), rows per packed block of A (in L2).
-KC, MC = 256, 96
+#: Rows per packed block of A (in L2).
+MC = 96
+#: ``k`` is cut into equal slices of at most this (a slice x NR panel of B stays in L1): 288 as one
+#: slice, not 256 + a short 32 that reads and writes C again for little work (a convolution's 3x3x32
+#: product on two threads: 65 -> 79 GFLOP/s).
+KC_MAX = 384
 #: The k-loop of the micro-kernel is unrolled this many times.
 UNROLL = 4
 
@@ -321,12 +325,14 @@ def _pack(dst, src, at, stride, step, lines, width, kc):
 def gemm_block(c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alpha, beta, pa, pb):
     """One thread's ``C = alpha * A @ B + beta * C`` of an ``m x n`` block, with ``A[i, p] =
     a[a_at + i*rsa + p*csa]``, ``B[p, j] = b[b_at + p*rsb + j*csb]``, ``C[i, j] = c[c_at + i*ldc + j]``;
-    ``pa``/``pb``: packing space of ``MC*KC`` and ``KC*round_up(n, NR)`` elements."""
+    ``pa``/``pb``: packing space of ``MC*KC_MAX`` and ``KC_MAX*round_up(n, NR)`` elements."""
     nr = NR32 if c.itemsize == 4 else NR64
     pack_a = n > 4 * nr  # why: A is reused by every column panel, worth packing when there are several
     pack_b = csb != 1 or m >= 4 * MR  # B must be packed when its columns are not contiguous
-    for p0 in range(0, k, KC):
-        kc = min(KC, k - p0)
+    slices = max(1, (k + KC_MAX - 1) // KC_MAX)
+    step = max(1, (k + slices - 1) // slices)
+    for p0 in range(0, k, step):
+        kc = min(step, k - p0)
         scale_c = beta if p0 == 0 else 1.0
         if pack_b:
             _pack(pb, b, b_at + p0 * rsb, csb, rsb, n, nr, kc)
@@ -364,8 +370,8 @@ def gemm(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi):
     :func:`popjit.kernels.matmul.matmul_f32`) for the ``MR``-row panels ``[lo, hi)`` of the
     ``batch * ceil(m / MR)`` there are, on the calling thread."""
     nr = NR32 if out.itemsize == 4 else NR64
-    pa = np.empty(MC * KC, out.dtype)
-    pb = np.empty(KC * ((n + nr - 1) // nr * nr), out.dtype)
+    pa = np.empty(MC * KC_MAX, out.dtype)
+    pb = np.empty(KC_MAX * ((n + nr - 1) // nr * nr), out.dtype)
     rsa, csa = _operand_strides(m, k, ta)
     rsb, csb = _operand_strides(k, n, tb)
     panels = (m + MR - 1) // MR

@@ -16,7 +16,7 @@ import popjit.tensorflow as tf
 from popjit import config
 from popjit.codegen.engine import render_engine
 from popjit.kernels import gemm_choice
-from popjit.kernels.gemm import MC, MR, NR32, NR64, gemm
+from popjit.kernels.gemm import KC_MAX, MC, MR, NR32, NR64, gemm
 from popjit.kernels.gemm_choice import grain, panels, uses_own_gemm
 from popjit.pipeline import lower_graph, optimize_graph
 
@@ -40,8 +40,9 @@ def run_gemm(out, a, b, batch, m, n, k, ta, tb, alpha, beta, cuts):
 
 
 def edges(nr: int) -> st.SearchStrategy[int]:
-    """Sizes around the blocking's edges: tiny, one under/over a panel or block, and odd."""
-    return st.sampled_from([1, 2, MR - 1, MR, MR + 1, nr - 1, nr, nr + 1, 2 * nr + 3, MC + 5, 257, 300])
+    """Sizes around the blocking's edges: tiny, one under/over a panel, a block or a k slice, and odd."""
+    return st.sampled_from([1, 2, MR - 1, MR, MR + 1, nr - 1, nr, nr + 1, 2 * nr + 3, MC + 5, 257, KC_MAX,
+                            KC_MAX + 1, 2 * KC_MAX + 5])
 
 
 @given(dtype=st.sampled_from([np.float32, np.float64]), batch=st.integers(1, 3), data=st.data(),
@@ -64,7 +65,7 @@ def test__gemm__equals_the_float64_product_for_any_shape_transpose_scale_and_spl
 
 def test__gemm__with_beta_zero_never_reads_the_output():
     rng = np.random.default_rng(0)
-    m, n, k = 13, 37, 300  # edge blocks in both directions, two k slices
+    m, n, k = 13, 37, KC_MAX + 16  # edge blocks in both directions, two k slices
     a, b = operands(rng, np.float32, 1, m, n, k, False, False)
     out = np.full((1, m, n), np.nan, np.float32)
     run_gemm(out, a, b, 1, m, n, k, False, False, 1.0, 0.0, [0, panels(1, m)])
