@@ -3,15 +3,15 @@ library and cached as one file.
 
 The engine (:mod:`popjit.codegen.native`) calls its callees (generated codelets, library kernels
 such as ``matmul_f32``) through their C entry points. They are compiled together, in a few parts
-(:func:`balanced_parts`, two per thread) that :mod:`popjit.codegen.machine` optimises and turns
-into object code in parallel: each codelet is written as LLVM IR (or typed and lowered by Numba,
+(:func:`balanced_parts`, two per thread) that :mod:`popjit.codegen.machine` optimises and turns into
+object code in parallel: each codelet is written as LLVM IR (or typed and lowered by Numba,
 ``no_compile``) into its part, the engine's LLVM module joins one, and each part is optimised and
-compiled once, instead of once per function. The parts' object code, the symbol names of the engine and the entry points, and the functions'
-Numba environments (their constants) are saved as ``programs/<key>.lib`` in the cache generation
-directory, ``<key>`` hashing the engine, the callees (their names hash their source), the types
-they are called with and the host CPU. A later process loads that one file: no typing, no
-lowering, and not even Numba's typing registries (a 0.7 s start-up that imports SciPy) are
-needed, so a cached program starts in milliseconds.
+compiled once, instead of once per function. The parts' object code, the symbol names of the engine
+and the entry points, and the functions' Numba environments (their constants) are saved as
+``programs/<key>.lib`` in the cache generation directory, ``<key>`` hashing the engine, the callees
+(their names hash their source), the types they are called with and the host CPU. A later process
+loads that one file: no typing, no lowering, and not even Numba's typing registries (a 0.7 s
+start-up that imports SciPy) are needed, so a cached program starts in milliseconds.
 
 Scalar kernels a codelet calls (``km.exp``…) and the library kernels the engine calls
 (``matmul_f32``…) are Numba functions cached once per machine; their code is linked into each
