@@ -102,12 +102,18 @@ def cache_root() -> Path:
 _CODEGEN_DIR = Path(popjit.__file__).parent / "codegen"
 
 
+def fingerprint_sources() -> list[Path]:
+    """The files :func:`fingerprint` hashes: the kernels and the whole code generator. why all of it:
+    how a program library is built and stored (its parts, the passes, the file's layout) lives there
+    too, and a library built another way must not be loaded."""
+    return sorted(Path(__file__).parent.glob("*.py")) + sorted(_CODEGEN_DIR.glob("*.py"))
+
+
 @functools.lru_cache(maxsize=1)
 def fingerprint() -> str:
     """A hash of the kernel and code-generator sources, the Numba version and the threading layer."""
     h = hashlib.sha256(f"{numba.__version__} {threading_layer()}".encode())
-    sources = sorted(Path(__file__).parent.glob("*.py")) + [_CODEGEN_DIR / "render.py", _CODEGEN_DIR / "engine.py"]
-    for path in sources:
+    for path in fingerprint_sources():
         h.update(path.read_bytes())
     return h.hexdigest()[:12]
 

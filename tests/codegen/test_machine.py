@@ -71,3 +71,12 @@ def test__program_library__compiled_in_parts_on_threads_gives_the_single_part_re
     assert len(split_threads) == 2 and all(n.startswith("popjit-llvm") for n in split_threads)
     for a, b in zip(single, split):
         np.testing.assert_array_equal(a, b)
+
+
+def test__cache_fingerprint__covers_how_program_libraries_are_built() -> None:
+    from popjit.kernels.jit import fingerprint_sources
+
+    names = {(p.parent.name, p.name) for p in fingerprint_sources()}
+    for name in ("machine.py", "library.py", "native.py", "direct.py", "render.py", "engine.py"):
+        assert ("codegen", name) in names, f"a change to codegen/{name} must not load libraries built before it"
+    assert ("kernels", "gemm.py") in names
