@@ -69,10 +69,11 @@ def split_runs(lengths: np.ndarray, cuts: Sequence[Cut], extra: np.ndarray | Non
 def _sorted_groups(group: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple:
     """Intervals sorted by (group, lo), shifted by ``group * big`` so groups never overlap, with the
     running end of all earlier intervals (``prev``) and the shift ``big``."""
-    order = np.lexsort((lo, group))
-    group, lo, hi = group[order], lo[order], hi[order]
     big = np.int64(max(int(hi.max(initial=0)), int(lo.max(initial=0))) + 2)
-    lo2, hi2 = lo + group * big, hi + group * big
+    shift = group * big
+    order = np.argsort(lo + shift, kind="stable")  # why not lexsort((lo, group)): the same order, 2-3x faster
+    group, lo, hi, shift = group[order], lo[order], hi[order], shift[order]
+    lo2, hi2 = lo + shift, hi + shift
     prev = np.empty_like(hi2)
     if hi2.size:
         prev[0] = -1
