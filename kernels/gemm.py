@@ -8,9 +8,9 @@
   twelve fused multiply-adds. It is written with llvmlite (Numba's typed code cannot name vector
   registers) and reaches Numba code as an intrinsic;
 - the driver (:func:`gemm_block`, Numba) cuts ``k`` into equal slices of at most ``KC_MAX`` and
-  rows into ``MC`` blocks, packs ``A`` and ``B`` into contiguous micro-panels (zero-padded at the edges) so the kernel
-  streams them from L1/L2, and leaves operands unpacked where packing would cost more than it
-  saves (few rows: ``B`` is read in place; few columns: ``A`` is);
+  rows into ``MC`` blocks, packs ``A`` and ``B`` into contiguous micro-panels (zero-padded at the
+  edges) so the kernel streams them from L1/L2, and leaves operands unpacked where packing would
+  cost more than it saves (few rows: ``B`` is read in place; few columns: ``A`` is);
 - every operand is addressed by strides, so transposed operands need no copy;
 - :func:`gemm` runs a range ``[lo, hi)`` of ``MR``-row panels of a batch of products, so the
   engine splits a large product over its thread pool like any parallel codelet (no BLAS threads).

@@ -138,9 +138,7 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
     serialized = [(part.library.name, "object", (compiled.code, compiled.bitcode))
                   for part, compiled in zip(parts, compiled_parts)]
     entry = (serialized, engine, names, [(env.env_name, list(env.consts)) for env in environments])
-    built = _loaded(serialized, engine, names, environments)
-    built.compiled, built.through_numba = len(symbols), len(environments)
-    return built, entry
+    return _loaded(serialized, engine, names, environments, len(symbols), len(environments)), entry
 
 
 #: The weight of a callee that is not a generated codelet written as LLVM IR (its source length is).
@@ -293,12 +291,15 @@ def _load(path: Path, key: str) -> ProgramLibrary | None:
         return discard_entry(path, e)
 
 
-def _loaded(serialized: list[tuple], engine: str, names: list[str], environments: list[Any]) -> ProgramLibrary:
+def _loaded(serialized: list[tuple], engine: str, names: list[str], environments: list[Any],
+            compiled: int = 0, through_numba: int = 0) -> ProgramLibrary:
     """Load a program library's parts (object code and the bitcode naming their symbols) into Numba's
-    JIT, as a library built in this process or read from the cache."""
+    JIT, as a library built in this process (``compiled`` functions, ``through_numba`` of them by
+    Numba's pipeline) or read from the cache (none compiled)."""
     target = cpu_target.target_context
     rtsys.initialize(target)  # why: registers Numba's run-time (NRT) symbols the machine code refers to
     libraries = [target.codegen().unserialize_library(part) for part in serialized]
     _set_environments(libraries[0], environments)
     addresses = [libraries[0].get_pointer_to_function(n) for n in names]  # why: the JIT's symbols are process-wide
-    return ProgramLibrary(libraries, libraries[0].get_pointer_to_function(engine), addresses, 0)
+    return ProgramLibrary(libraries, libraries[0].get_pointer_to_function(engine), addresses, compiled,
+                          through_numba)

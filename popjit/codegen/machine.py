@@ -74,8 +74,7 @@ def _compile(part: Part, assembly: bool) -> ObjectCode:
             _link(module, _function_passes(_parse(text, context), machine))
         for library in part.libraries:
             _link(module, ll.parse_bitcode(library, context=context))
-        for pipeline in _pipelines(machine):
-            manager, builder = pipeline
+        for manager, builder in _pipelines(machine):
             _unlocked("LLVMPY_RunNewModulePassManager")(manager, module, builder)
         code = _emit(machine, module, as_object=True)
         text = _emit(machine, module, as_object=False).decode() if assembly else None
@@ -109,13 +108,9 @@ def _function_passes(module: Any, machine: Any) -> Any:
     """``module`` after Numba's function-level passes on each of its functions."""
     module.data_layout = str(machine.target_data)
     run = _unlocked("LLVMPY_RunNewFunctionPassManager")
-    for function in module.functions:
-        builder = create_pass_builder(machine, opt=numba_config.OPT, loop_vectorize=numba_config.LOOP_VECTORIZE,
-                                      slp_vectorize=numba_config.SLP_VECTORIZE)
-        manager = builder.getFunctionPassManager()
-        if numba_config.LLVM_REFPRUNE_PASS:
-            manager.add_refprune_pass(_parse_refprune_flags())
-        run(manager, function, builder)
+    for function in module.functions:  # why a builder per function: as Numba's add_ir_module does
+        builder = _full_builder(machine)
+        run(_with_refprune(builder.getFunctionPassManager()), function, builder)
     return module
 
 
@@ -129,23 +124,31 @@ def _link(into: Any, module: Any) -> None:
 
 
 def _pipelines(machine: Any) -> list[tuple[Any, Any]]:
-    """Numba's final-module pipelines for ``machine``: the cheap one, then the full one."""
+    """Numba's final-module pipelines for ``machine`` as (pass manager, builder): the cheap one, then
+    the full one."""
     codegen = cpu_target.target_context.codegen()
     cheap = create_pass_builder(machine, opt=codegen._opt_level, loop_vectorize=codegen._loopvect,
                                 slp_vectorize=False)
-    full = create_pass_builder(machine, opt=numba_config.OPT, loop_vectorize=numba_config.LOOP_VECTORIZE,
+    cheap_manager = cheap.getModulePassManager()
+    if numba_config.OPT != 0:
+        cheap_manager.add_loop_rotate_pass()
+        cheap_manager.add_instruction_combine_pass()
+        cheap_manager.add_jump_threading_pass()
+    full = _full_builder(machine)
+    return [(_with_refprune(cheap_manager), cheap), (_with_refprune(full.getModulePassManager()), full)]
+
+
+def _full_builder(machine: Any) -> Any:
+    """A pass builder at Numba's optimisation level and vectoriser settings."""
+    return create_pass_builder(machine, opt=numba_config.OPT, loop_vectorize=numba_config.LOOP_VECTORIZE,
                                slp_vectorize=numba_config.SLP_VECTORIZE)
-    pipelines = []
-    for builder, is_cheap in ((cheap, True), (full, False)):
-        manager = builder.getModulePassManager()
-        if is_cheap and numba_config.OPT != 0:
-            manager.add_loop_rotate_pass()
-            manager.add_instruction_combine_pass()
-            manager.add_jump_threading_pass()
-        if numba_config.LLVM_REFPRUNE_PASS:
-            manager.add_refprune_pass(_parse_refprune_flags())
-        pipelines.append((manager, builder))
-    return pipelines
+
+
+def _with_refprune(manager: Any) -> Any:
+    """``manager`` with Numba's reference-count pruning pass added, when Numba uses it."""
+    if numba_config.LLVM_REFPRUNE_PASS:
+        manager.add_refprune_pass(_parse_refprune_flags())
+    return manager
 
 
 def _emit(machine: Any, module: Any, as_object: bool) -> bytes:

@@ -64,6 +64,19 @@ class NativeEngine:
                                   callees.ctypes.data))
 
 
+def _ceil_div(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
+    """``ceil(a / b)`` of positive int64 values."""
+    return builder.sdiv(builder.add(a, builder.sub(b, _I64(1))), b)
+
+
+def _smin(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
+    return builder.select(builder.icmp_signed("<", a, b), a, b)
+
+
+def _smax(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
+    return builder.select(builder.icmp_signed("<", a, b), b, a)
+
+
 def _field(builder: ir.IRBuilder, struct_pointer: ir.Value, index: int) -> ir.Value:
     """A pointer to field ``index`` of the structure ``struct_pointer`` points to."""
     return builder.gep(struct_pointer, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), index)])
@@ -177,8 +190,7 @@ class _Builder:
         assert node.split is not None
         count, grain = (self.argument(expr, numba.types.int64) for expr in node.split)
         threads = b.sext(b.call(self.runtime("get_num_threads", ir.IntType(32), []), []), _I64)
-        wanted = b.sdiv(b.add(count, b.sub(grain, _I64(1))), grain)
-        tasks = b.select(b.icmp_signed("<", wanted, threads), wanted, threads)
+        tasks = _smin(b, _ceil_div(b, count, grain), threads)
         frame_type = ir.LiteralStructType([_I64] * len(_FRAME_HEADER) + [a.type for a in args])
         frame = self.local(frame_type)
         with b.if_else(b.icmp_signed("<=", tasks, _I64(1))) as (inline, threaded):
@@ -186,10 +198,9 @@ class _Builder:
                 fn = self.callee(node.slot, [*(a.type for a in args), _I64, _I64])
                 b.store(b.call(fn, [*args, _I64(0), count]), self.field(frame, _RESULT))
             with threaded:
-                pieces = b.mul(tasks, _I64(CHUNKS_PER_THREAD))
-                share = b.sdiv(b.add(count, b.sub(pieces, _I64(1))), pieces)
+                share = _ceil_div(b, count, b.mul(tasks, _I64(CHUNKS_PER_THREAD)))
                 header = {_CALLEE: self.element(self.callees, node.slot, _I64), _RESULT: _I64(0), _NEXT: _I64(0),
-                          _COUNT: count, _CHUNK: b.select(b.icmp_signed("<", share, grain), grain, share)}
+                          _COUNT: count, _CHUNK: _smax(b, share, grain)}
                 for index, value in header.items():
                     b.store(value, self.field(frame, index))
                 for i, a in enumerate(args):
@@ -251,8 +262,7 @@ class _Builder:
         lo = b.atomic_rmw("add", _field(b, frame, _NEXT), chunk, "monotonic")
         b.cbranch(b.icmp_signed("<", lo, count), run, done)
         b.position_at_end(run)
-        end = b.add(lo, chunk)
-        hi = b.select(b.icmp_signed("<", end, count), end, count)
+        hi = _smin(b, b.add(lo, chunk), count)
         result = b.call(callee, [*fields[len(_FRAME_HEADER):], lo, hi])
         b.atomic_rmw("or", _field(b, frame, _RESULT), result, "monotonic")
         b.branch(claim)
