@@ -5,8 +5,9 @@ Numba compiles are the slow part of the suite; codelets depend on structure, not
 hypothesis examples with new shapes mostly reuse machine code. ``HYPOTHESIS_PROFILE=thorough``
 runs more examples. The generated modules and machine code go to a temporary ``POPJIT_CACHE_DIR``
 shared by the xdist workers (never ``~/.cache/popjit``), and ``KERAS_HOME`` (which stock Keras writes
-to when the cross-checks import TensorFlow) to a temporary directory too; both are removed when the
-session ends. Variables the caller set are used as they are.
+to when the cross-checks import TensorFlow) and ``MPLCONFIGDIR`` (matplotlib's font cache, for
+``popjit report --png``) to temporary directories too; all are removed when the session ends.
+Variables the caller set are used as they are.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def pytest_configure(config: pytest.Config) -> None:
     own = os.environ[_OWN_CACHE] = tempfile.mkdtemp(prefix="popjit-tests-")
     os.environ.setdefault("POPJIT_CACHE_DIR", os.path.join(own, "cache"))
     os.environ.setdefault("KERAS_HOME", os.path.join(own, "keras"))
+    os.environ.setdefault("MPLCONFIGDIR", os.path.join(own, "matplotlib"))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -130,10 +130,19 @@ class ComputeSet:
         return int(self.compute_cycles.max(initial=0))
 
     @property
-    def cycles(self) -> int:
+    def phases(self) -> list[tuple[str, int]]:
+        """The superstep in order as ``(kind, cycles)``, kind ``sync``, ``exchange`` or ``compute``: a sync and
+        the exchange-in (if any), the sync before compute, the slowest tile's compute, then the exchange-out
+        and its sync (if any). The execution trace of a profile shows these."""
         sync = self.target.sync_cycles
         ex_in, ex_out = self.exchange_in_cycles, self.exchange_out_cycles
-        return (sync + ex_in if ex_in else 0) + sync + self.max_compute_cycles + (ex_out + sync if ex_out else 0)
+        out = [("sync", sync), ("exchange", ex_in)] if ex_in else []
+        out += [("sync", sync), ("compute", self.max_compute_cycles)]
+        return out + ([("exchange", ex_out), ("sync", sync)] if ex_out else [])
+
+    @property
+    def cycles(self) -> int:
+        return sum(c for _, c in self.phases)
 
     @property
     def exchange_phases(self) -> list[Exchange]:

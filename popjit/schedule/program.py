@@ -5,6 +5,9 @@ steps too); ``Repeat`` multiplies its body; ``RepeatWhile`` costs ``cond + n x (
 predicate sync)`` with ``n`` the recorded iteration count (1 when unknown, and marked so);
 ``If`` costs the predicate sync plus its dearer branch. Branching on a predicate needs every
 tile to see it: we charge one internal sync plus ``PREDICATE_CYCLES`` [U] for that.
+
+Every node but a leaf says in what order and how many times its parts run (``runs()``); its cycles
+are that sum, and a profile's execution trace walks the same order.
 """
 
 from __future__ import annotations
@@ -27,7 +30,15 @@ class Node:
 
     @property
     def cycles(self) -> int:
-        raise NotImplementedError
+        return sum(times * sum(n.cycles for n in nodes) for nodes, times in self.runs())
+
+    def runs(self) -> list[tuple[list[Node], int]]:
+        """What runs, in order: groups of nodes, each run the given number of times (empty for a leaf)."""
+        return []
+
+    def attrs(self) -> dict[str, Any]:
+        """The node's own figures for :meth:`to_dict` (trip counts, the step it executes)."""
+        return {}
 
     def children(self) -> list[Node]:
         return []
@@ -50,7 +61,7 @@ class Node:
         return "\n".join(self.lines())
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"type": self.kind, "name": self.label(), "cycles": self.cycles}
+        d: dict[str, Any] = {"type": self.kind, "name": self.label(), "cycles": self.cycles, **self.attrs()}
         kids = self.children()
         if kids:
             d["children"] = [c.to_dict() for c in kids]
@@ -67,9 +78,8 @@ class Sequence(Node):
     body: list[Node] = field(default_factory=list)
     kind = "Sequence"
 
-    @property
-    def cycles(self) -> int:
-        return sum(c.cycles for c in self.body)
+    def runs(self) -> list[tuple[list[Node], int]]:
+        return [(list(self.body), 1)]
 
     def children(self) -> list[Node]:
         return list(self.body)
@@ -88,6 +98,9 @@ class Execute(Node):
     @property
     def cycles(self) -> int:
         return self.cs.cycles
+
+    def attrs(self) -> dict[str, Any]:
+        return {"step": self.cs.index}
 
     def label(self) -> str:
         return f"{self.kind} {self.cs.name}"
@@ -116,9 +129,11 @@ class Repeat(Node):
     body: Sequence
     kind = "Repeat"
 
-    @property
-    def cycles(self) -> int:
-        return self.count * self.body.cycles
+    def runs(self) -> list[tuple[list[Node], int]]:
+        return [([self.body], self.count)]
+
+    def attrs(self) -> dict[str, Any]:
+        return {"count": self.count}
 
     def children(self) -> list[Node]:
         return [self.body]
@@ -147,9 +162,12 @@ class RepeatWhile(Node):
     def counted_iterations(self) -> int:
         return self.iterations if self.iterations is not None else 1
 
-    @property
-    def cycles(self) -> int:
-        return self.cond.cycles + self.sync.cycles + self.counted_iterations * self.per_iteration_cycles
+    def runs(self) -> list[tuple[list[Node], int]]:
+        return [([self.cond, self.sync], 1), ([self.body, self.cond, self.sync], self.counted_iterations)]
+
+    def attrs(self) -> dict[str, Any]:
+        return {"iterations": self.iterations, "max_iterations": self.max_iterations,
+                "counted_iterations": self.counted_iterations}
 
     def children(self) -> list[Node]:
         return [self.cond, self.sync, self.body]
@@ -169,8 +187,15 @@ class If(Node):
     kind = "If"
 
     @property
-    def cycles(self) -> int:
-        return self.sync.cycles + max(self.then.cycles, self.orelse.cycles)
+    def costed_branch(self) -> Sequence:
+        """The dearer branch, which the estimate charges (the taken one is known only at run time)."""
+        return self.then if self.then.cycles >= self.orelse.cycles else self.orelse
+
+    def runs(self) -> list[tuple[list[Node], int]]:
+        return [([self.sync, self.costed_branch], 1)]
+
+    def attrs(self) -> dict[str, Any]:
+        return {"costed_branch": "then" if self.costed_branch is self.then else "else"}
 
     def children(self) -> list[Node]:
         return [self.sync, self.then, self.orelse]
