@@ -11,16 +11,22 @@ from (Numba itself only watches the function's own file).
 
 The cache never stops a program: an entry that cannot be read (truncated, empty, foreign, corrupt)
 is reported once as a :class:`CacheWarning` naming its file, deleted and compiled again; a cache
-directory popjit cannot write is reported once and everything compiles in memory.
+directory popjit cannot write is reported once and everything compiles in memory. So is one that
+other users can write to (:func:`untrusted_reason`): cache entries are pickled data and generated
+modules are run, so popjit only reads them from directories that only this user can change, and
+never unpickles a file another user owns.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import grp
 import hashlib
 import os
 import pickle
+import pwd
+import stat
 import tempfile
 import threading
 import warnings
@@ -93,9 +99,18 @@ def start_parallel_runtime() -> None:
 
 
 def cache_root() -> Path:
-    """The persistent cache: ``TF_POPLAR_FLAGS=--executable_cache_path=DIR`` if given (as in Graphcore's
-    SDK, created if missing), else ``POPJIT_CACHE_DIR``."""
-    return Path(poplar_flags().executable_cache_path or config.get("CACHE_DIR")).expanduser()
+    """popjit's persistent cache: ``TF_POPLAR_FLAGS=--executable_cache_path=DIR`` if given (as in Graphcore's
+    SDK, created if missing), else ``POPJIT_CACHE_DIR``. Its ``gen-<fingerprint>`` directory holds the
+    machine code of the kernels and the generated codelet modules, and without the flag the compiled
+    programs; with it each program is one file directly in ``DIR`` (:func:`executable_cache_dir`)."""
+    return executable_cache_dir() or Path(config.get("CACHE_DIR")).expanduser()
+
+
+def executable_cache_dir() -> Path | None:
+    """``TF_POPLAR_FLAGS=--executable_cache_path=DIR``: the directory holding one ``<key>.poplar_exec``
+    file per compiled program (created if missing, as in Graphcore's SDK), or None without the flag."""
+    path = poplar_flags().executable_cache_path
+    return Path(path).expanduser() if path else None
 
 
 #: The sources whose text decides the machine code of codelets: this package and the code generator.
@@ -180,11 +195,19 @@ def read_entry(path: Path, magic: str, key: str) -> tuple | None:
     """The fields :func:`keep_entry` wrote to ``path`` for ``key``, or None: no such file, or a damaged
     or foreign one (then it is discarded, :func:`discard_entry`)."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            mine = st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+            data = f.read() if mine else b""
     except FileNotFoundError:
         return None
     except OSError as e:
         return discard_entry(path, e)
+    if not mine:  # why: unpickling runs code; only files no one else could have written are read
+        warn_once(f"foreign:{path}", f"popjit does not read the cache entry {path}: it belongs to another user or "
+                  f"others can write to it (uid {st.st_uid}, mode {stat.filemode(st.st_mode)}); the program is "
+                  "compiled instead.")
+        return None
     try:
         entry = pickle.loads(data)
         if not (isinstance(entry, tuple) and entry[:2] == (magic, key)):
@@ -194,24 +217,84 @@ def read_entry(path: Path, magic: str, key: str) -> tuple | None:
     return entry[2:]
 
 
-def usable_dir(path: Path) -> bool:
-    """Whether popjit can create ``path`` and write files in it; if not, one warning says that
-    everything compiles in memory this run."""
-    return _usable(str(path))
+def usable_dir(path: Path, root: Path | None = None) -> bool:
+    """Whether popjit can create ``path`` (a directory under the cache directory ``root``, by default
+    :func:`cache_root`) and write files in it, and may trust what it reads there; if not, one warning
+    says that those programs compile in memory this run.
+
+    Trusted: ``path`` and every directory between it and ``root`` belong to this user and no other
+    user can write to them (:func:`untrusted_reason`), since cache entries are unpickled and
+    generated modules run."""
+    return _usable(str(path), str(root if root is not None else cache_root()))
 
 
 @functools.lru_cache(maxsize=64)
-def _usable(path: str) -> bool:
+def _usable(path: str, root: str) -> bool:
+    chain = _chain(Path(path), Path(root))
+    if not _trusted([d for d in chain if d.is_dir()], root):  # why first: create nothing in such a directory
+        return False
     try:
-        os.makedirs(path, exist_ok=True)
+        _make(chain)
         with tempfile.TemporaryFile(dir=path):
             pass
-        return True
     except OSError as e:
-        root = cache_root()
         warn_once(f"unusable:{root}", f"popjit cannot write its cache directory {root} ({path}: {e.strerror or e}); "
                   "compiling in memory this run, so nothing is kept for the next one. Set POPJIT_CACHE_DIR (or "
                   "--executable_cache_path in TF_POPLAR_FLAGS) to a writable directory.")
+        return False
+    return _trusted(chain, root)
+
+
+def _trusted(directories: list[Path], root: str) -> bool:
+    """Whether every one of ``directories`` (under the cache directory ``root``) may be trusted; if not,
+    one warning says why."""
+    reason = next(filter(None, map(untrusted_reason, directories)), None)
+    if reason is not None:
+        warn_once(f"untrusted:{root}", f"popjit does not use the cache directory {root}: {reason}. Cache entries "
+                  "are code and pickled data, so only a directory no other user can write to is used; compiling "
+                  "in memory this run. Fix the directory's owner or mode (chmod go-w), or choose another one.")
+    return reason is None
+
+
+def _make(chain: list[Path]) -> None:
+    """Create the directories of ``chain`` that are missing, writable by this user only (whatever the
+    umask: popjit would not trust them otherwise), and the parents of the first as the umask says."""
+    os.makedirs(chain[0].parent, exist_ok=True)
+    for directory in chain:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, 0o755)
+
+
+def _chain(path: Path, root: Path) -> list[Path]:
+    """``path`` and its parents down to ``root`` (only ``path`` when it is not under ``root``)."""
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        return [path]
+    return [root.joinpath(*parts[:i]) for i in range(len(parts) + 1)]
+
+
+def untrusted_reason(directory: Path) -> str | None:
+    """Why ``directory`` cannot be trusted with cache entries, or None: it must belong to this user, and
+    neither others nor its group may write to it (a group-writable directory is accepted when its group
+    is this user's own private group, as a umask of 002 makes them)."""
+    st = os.stat(directory)
+    mode = stat.filemode(st.st_mode)
+    if st.st_uid != os.geteuid():
+        return f"{directory} belongs to another user (uid {st.st_uid}, mode {mode})"
+    if st.st_mode & stat.S_IWOTH:
+        return f"every user can write to {directory} (mode {mode})"
+    if st.st_mode & stat.S_IWGRP and not _private_group(st.st_gid):
+        return f"the members of group {st.st_gid} can write to {directory} (mode {mode})"
+    return None
+
+
+def _private_group(gid: int) -> bool:
+    """Whether ``gid`` is this user's primary group with no other members (a user private group)."""
+    try:
+        user = pwd.getpwuid(os.geteuid())
+        return user.pw_gid == gid and grp.getgrgid(gid).gr_mem in ([], [user.pw_name])
+    except KeyError:
         return False
 
 

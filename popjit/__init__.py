@@ -18,6 +18,10 @@ if _os.path.isfile(_os.path.join(_root, "kernels", "__init__.py")) and _root not
 
 __version__ = "0.1.0"
 
+from popjit import config as _config  # noqa: E402  (after __path__ is complete)
+
+_config.configure_logging()  # POPJIT_LOG / TF_CPP_MIN_LOG_LEVEL
+
 
 def __getattr__(name: str) -> object:
     if name == "ipu":

@@ -11,7 +11,9 @@ See ``docs/env_vars.md`` for the table.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,16 @@ from typing import Any
 
 def _bool(s: str) -> bool:
     return s.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def _log_level(s: str) -> int:
+    level = LOG_LEVELS.get(s.strip().lower())
+    if level is None:
+        raise ValueError(f"POPJIT_LOG={s!r}: use one of {', '.join(LOG_LEVELS)}")
+    return level
 
 
 def _matmul(s: str) -> str:
@@ -65,6 +77,10 @@ SETTINGS: dict[str, Setting] = {
         Setting("NUM_THREADS", int, None,
                 "threads of parallel codelets and matmuls (default: the cores this process may use, from its CPU "
                 "affinity and cgroup quota)"),
+        Setting("LOG", _log_level, None,
+                "log popjit's messages at this level and above to stderr: debug, info (compile phases, why a "
+                "program compiles again, devices attaching, executables loaded from the cache), warning, error. "
+                "Unset, TF_CPP_MIN_LOG_LEVEL=0 asks for info"),
         Setting("EXECUTABLE_CACHE_SIZE", int, 128,
                 "compiled programs kept in memory, most recently used first (more are compiled again when needed)"),
     ]
@@ -94,6 +110,32 @@ def context(**overrides: Any) -> Iterator[None]:
         yield
     finally:
         _overrides.pop()
+
+
+def log_level() -> int | None:
+    """The level popjit logs at to stderr: ``POPJIT_LOG``, else INFO when ``TF_CPP_MIN_LOG_LEVEL`` is 0 (as
+    TensorFlow's backend logs its INFO messages then), else None (Python's logging configuration decides).
+    why only 0: scripts set 1 to 3 to quieten TensorFlow's C++ logs, which are not popjit's warnings."""
+    level = get("LOG")
+    if level is None and os.environ.get("TF_CPP_MIN_LOG_LEVEL", "").strip() == "0":
+        return logging.INFO
+    return level
+
+
+def configure_logging(level: int | None = None) -> None:
+    """Send the ``popjit`` logger's messages of ``level`` (default :func:`log_level`) and above to stderr,
+    each stamped with the time (one handler, however often this is called)."""
+    level = level if level is not None else log_level()
+    if level is None:
+        return
+    logger = logging.getLogger("popjit")
+    if not any(getattr(h, "popjit_stderr", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s.%(msecs)03d popjit %(levelname)s: %(message)s",
+                                               "%H:%M:%S"))
+        handler.popjit_stderr = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(level)
 
 
 def __getattr__(name: str) -> Any:

@@ -29,7 +29,7 @@ import numpy as np
 
 from popjit import config
 from popjit.codegen.engine import EngineSource
-from popjit.codegen.library import program_library
+from popjit.codegen.library import LibraryStore, ProgramLibrary, offer, program_library
 from popjit.codegen.native import NativeEngine, engine_module
 from popjit.codegen.phases import CompileProgress, Phases, codelets_note
 from popjit.codegen.render import HEADER, SERIAL, Rendered
@@ -148,18 +148,28 @@ class Engine:
         self._linked: dict[tuple, tuple[Any, Any, Any]] = {}  # engine, K, what owns K's machine code
 
     def __call__(self, buffers: Sequence[np.ndarray], ints: np.ndarray, floats: np.ndarray, stop: np.ndarray,
-                 state: Sequence[np.ndarray] = (), program: str | None = None) -> int:
-        """Run on ``buffers``, linking first on a new kind of buffers (``program``: the name its compile
-        phases are logged under; the engine's own by default)."""
-        key = tuple((b.dtype.num, b.flags.writeable) for b in buffers)
-        linked = self._linked.get(key)
-        if linked is None:
-            linked = self._linked[key] = self._link(buffers, program or self.src.name)
-        function, callees, _ = linked
+                 state: Sequence[np.ndarray] = (), program: str | None = None,
+                 store: LibraryStore | None = None) -> int:
+        """Run on ``buffers``, linking first on a new kind of buffers (:meth:`link`)."""
+        function, callees, _ = self.link(buffers, program, store)
         with blas_threads(threads_to_use()):
             return function(*buffers, ints, floats, stop, *state, callees)
 
-    def _link(self, buffers: Sequence[np.ndarray], program: str) -> tuple[Any, Any, Any]:
+    def link(self, buffers: Sequence[np.ndarray], program: str | None = None,
+             store: LibraryStore | None = None) -> tuple[Any, Any, Any]:
+        """The engine's machine code for this kind of buffers (their dtypes and writability), compiled or
+        loaded on first use: the function, ``K``, and what owns ``K``'s machine code. ``program``: the
+        name its compile phases are logged under (the engine's own by default); ``store``: where the
+        program keeps its machine code, if not in the program library cache."""
+        key = tuple((b.dtype.num, b.flags.writeable) for b in buffers)
+        linked = self._linked.get(key)
+        if linked is None:
+            linked = self._linked[key] = self._link(buffers, program or self.src.name, store)
+        elif store is not None and isinstance(linked[2], ProgramLibrary):
+            offer(store, linked[2])
+        return linked
+
+    def _link(self, buffers: Sequence[np.ndarray], program: str, store: LibraryStore | None) -> tuple[Any, Any, Any]:
         if config.get("DISABLE_NUMBA"):
             module = _load(self.src.name + "_py", engine_module_source(self.src))
             return getattr(module, self.src.name), tuple(callee_functions(self.src)), None
@@ -169,7 +179,7 @@ class Engine:
         callees = [(c.name, t) for c, t in zip(self.src.callees, types)]
         with Phases(program).phase("machine code") as phase, CompileProgress(program) as progress:
             library = program_library(self.src.name, lambda: engine_module(self.src, types), callees,
-                                      lambda: callee_functions(self.src), progress)
+                                      lambda: callee_functions(self.src), progress, store)
             phase.note = codelets_note(library.compiled, len(set(callees)), library.through_numba)
         return NativeEngine(self.src, library.engine), np.array(library.addresses, dtype=np.int64), library
 

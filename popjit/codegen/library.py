@@ -8,7 +8,8 @@ object code in parallel: each codelet is written as LLVM IR (or typed and lowere
 ``no_compile``) into its part, the engine's LLVM module joins one, and each part is optimised and
 compiled once, instead of once per function. The parts' object code, the symbol names of the engine
 and the entry points, and the functions' Numba environments (their constants) are saved as
-``programs/<key>.lib`` in the cache generation directory, ``<key>`` hashing the engine, the callees
+``programs/<key>.lib`` in the cache generation directory (or, under ``--executable_cache_path``, in the
+program's own ``.poplar_exec`` file, a :class:`LibraryStore`), ``<key>`` hashing the engine, the callees
 (their names hash their source), the types they are called with and the host CPU. A later process
 loads that one file: no typing, no lowering, and not even Numba's typing registries (a 0.7 s
 start-up that imports SciPy) are needed, so a cached program starts in milliseconds.
@@ -27,7 +28,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numba
 from llvmlite import ir
@@ -41,7 +42,7 @@ from popjit import config
 from popjit.codegen.direct import Unsupported, emit_codelet
 from popjit.codegen.machine import Part, object_code
 from popjit.errors import InternalError
-from popjit.kernels.jit import cache_root, discard_entry, fingerprint, keep_entry, read_entry, usable_dir
+from popjit.kernels.jit import cache_root, discard_entry, fingerprint, keep_entry, read_entry, usable_dir, warn_once
 from popjit.kernels.threads import threads_to_use
 
 _log = logging.getLogger("popjit")
@@ -54,7 +55,9 @@ MAGIC = "popjit-program-library-2"
 
 
 class ProgramLibrary:
-    """Loaded machine code: the engine's entry point, and ``addresses[i]`` the C entry point of callee ``i``."""
+    """Loaded machine code: the engine's entry point, and ``addresses[i]`` the C entry point of callee ``i``.
+    ``key`` and ``entry``: its cache key and what is kept for it (only for a library kept in a
+    :class:`LibraryStore`, so that another store can be given it)."""
 
     def __init__(self, libraries: list[Any], engine: int, addresses: list[int], compiled: int,
                  through_numba: int = 0) -> None:
@@ -63,6 +66,28 @@ class ProgramLibrary:
         self.addresses = addresses
         self.compiled = compiled  # functions compiled to build it (0: loaded from the cache)
         self.through_numba = through_numba  # of those, generated codelets compiled by Numba's pipeline
+        self.key = ""
+        self.entry: tuple | None = None
+
+
+class LibraryStore(Protocol):
+    """Where a program keeps its program libraries instead of the program library cache (a
+    ``.poplar_exec`` file, :class:`popjit.pipeline.store.PoplarExec`)."""
+
+    def get(self, library_key: str) -> tuple | None:
+        """The kept entry of ``library_key``, or None."""
+        ...
+
+    def put(self, library_key: str, entry: tuple) -> None:
+        """Keep ``entry`` for ``library_key``."""
+        ...
+
+
+def offer(store: LibraryStore, library: ProgramLibrary) -> None:
+    """Give ``store`` the machine code of ``library`` if it does not hold it (a program whose engine was
+    linked for another program with the same engine)."""
+    if library.entry is not None and store.get(library.key) is None:
+        store.put(library.key, library.entry)
 
 
 def library_key(engine: str, callees: Sequence[tuple[str, tuple]]) -> str:
@@ -81,22 +106,42 @@ def library_path(key: str) -> Path | None:
 
 
 def program_library(engine: str, engine_module: Callable[[], Any], callees: Sequence[tuple[str, tuple]],
-                    functions: Callable[[], list[Any]], progress: Progress | None = None) -> ProgramLibrary:
+                    functions: Callable[[], list[Any]], progress: Progress | None = None,
+                    store: LibraryStore | None = None) -> ProgramLibrary:
     """The machine code of a program: its engine (the function ``engine`` of the LLVM module
     ``engine_module()``) and ``callees`` (name, Numba argument types), loaded from the cache or
     built from ``functions()`` (the callees' dispatchers, in order) and saved. A build calls
-    ``progress(done, total)`` after each distinct callee is compiled (the compile progress bar)."""
+    ``progress(done, total)`` after each distinct callee is compiled (the compile progress bar).
+    ``store``: where it is kept instead of the program library cache."""
     key = library_key(engine, callees)
-    path = library_path(key)
+    path = library_path(key) if store is None else None
     with global_compiler_lock:  # why: Numba's code libraries are built and loaded under its compiler lock
-        if path is not None:
-            loaded = _load(path, key)
-            if loaded is not None:
-                return loaded
+        loaded = _load(path, key) if path is not None else _from_store(store, key) if store is not None else None
+        if loaded is not None:
+            return loaded
         built, entry = _build(key, engine, engine_module(), callees, functions(), progress)
-    if path is not None:
+    if store is not None:
+        built.key, built.entry = key, entry
+        store.put(key, entry)
+    elif path is not None:
         keep_entry(path, MAGIC, key, *entry)
     return built
+
+
+def _from_store(store: LibraryStore, key: str) -> ProgramLibrary | None:
+    """The library of ``key`` kept in ``store``, or None (not there, or damaged: warned about once, and
+    built again)."""
+    entry = store.get(key)
+    if entry is None:
+        return None
+    try:
+        library = _from_entry(entry)
+    except Exception as e:  # why: LLVM and format errors of every kind mean the entry is damaged
+        warn_once(f"damaged:{key}", f"popjit's kept machine code {key} could not be loaded ({type(e).__name__}: "
+                  f"{e}); it is compiled again.")
+        return None
+    library.key, library.entry = key, entry
+    return library
 
 
 def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[str, tuple]],
@@ -285,10 +330,15 @@ def _load(path: Path, key: str) -> ProgramLibrary | None:
     if fields is None:
         return None
     try:
-        serialized, engine, names, environments = fields
-        return _loaded(serialized, engine, names, [_environment(name, consts) for name, consts in environments])
+        return _from_entry(fields)
     except Exception as e:  # why: LLVM and format errors of every kind mean the file is damaged
         return discard_entry(path, e)
+
+
+def _from_entry(entry: tuple) -> ProgramLibrary:
+    """Load the library a kept ``entry`` (what :func:`_build` returns with it) describes."""
+    serialized, engine, names, environments = entry
+    return _loaded(serialized, engine, names, [_environment(name, consts) for name, consts in environments])
 
 
 def _loaded(serialized: list[tuple], engine: str, names: list[str], environments: list[Any],

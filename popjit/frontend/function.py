@@ -149,7 +149,7 @@ class ConcreteFunction:
         args = {k: _leaf_array(leaves[k]) for k, _ in self.graph.arg_params()}
         generator = devices.generator(device)
         variables = {vid: _variable_buffer(vid, generator) for vid in self.graph.variables}
-        outs = exe.run(args, variables, streams.FEEDS, generator.rounding)
+        outs = devices.execute(exe, device, args, variables, streams.FEEDS)
         ordinal = devices.ipu_ordinal(device)
         if ordinal is not None:
             devices.get_device(ordinal).record_run(exe)

@@ -84,7 +84,8 @@ class DeviceConnectionType(enum.Enum):
 
     ``ALWAYS`` attaches at configure time, ``ON_DEMAND`` at the first execution, ``PRE_COMPILE``
     compiles (and fills the executable cache) without ever attaching, returning zeros, and
-    ``NEVER`` compiles only. The last two need ``device_connection.version``.
+    ``NEVER`` compiles, then raises "configured for compilation only" where a program would run. The
+    last two need ``device_connection.version`` (see :func:`popjit.runtime.device.execute`).
     """
 
     ALWAYS = 0
@@ -511,7 +512,8 @@ def configure_ipu_system(config: IPUConfig, device: str = "cpu", reset_configura
         reset_ipu_configuration()
     if not p.counts:
         log.warning("The IPUConfig sets neither auto_select_ipus nor select_ipus, so no IPU device was attached.")
-    devices.configure(list(p.counts), p.version, p.tiles_per_ipu, p.ipu_model, snapshot, p.numerics)
+    devices.configure(list(p.counts), p.version, p.tiles_per_ipu, p.ipu_model, snapshot, p.numerics,
+                      snapshot.device_connection.type.name)
 
 
 def reset_ipu_configuration() -> None:

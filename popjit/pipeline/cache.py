@@ -28,7 +28,9 @@ Key = tuple[str, Target | None, bool, Numerics, str]
 _EXECUTABLES: OrderedDict[Key, Executable] = OrderedDict()  # least recently used first
 _COMPILING: dict[Key, threading.Lock] = {}
 _lock = threading.Lock()
-stats = {"compilations": 0, "hits": 0}
+#: ``compilations``: executables made (compiled, or ``loaded`` from the on-disk executable cache, which
+#: those of them were); ``hits``: calls answered from memory.
+stats = {"compilations": 0, "loaded": 0, "hits": 0}
 
 
 def _cached(key: Key) -> Executable | None:
@@ -44,6 +46,7 @@ def _keep(key: Key, exe: Executable) -> None:
     """Cache ``exe``, dropping the least recently used beyond the size limit; hold ``_lock``."""
     _EXECUTABLES[key] = exe
     stats["compilations"] += 1
+    stats["loaded"] += exe.loaded
     while len(_EXECUTABLES) > max(1, config.get("EXECUTABLE_CACHE_SIZE")):
         _EXECUTABLES.popitem(last=False)
 

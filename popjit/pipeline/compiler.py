@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 import warnings
@@ -28,6 +29,7 @@ from popjit.loop import passes as loop_passes
 from popjit.loop.lower import lower
 from popjit.pipeline import store
 from popjit.pipeline.executable import Executable
+from popjit.profile import ReportOptions, report_options, write_report
 from popjit.schedule import Target, schedule_program
 from popjit.schedule.schedule import OutOfMemoryWarning
 
@@ -46,6 +48,8 @@ LOOP_PASSES: list[tuple[str, Callable[[Program], Program]]] = [
     ("collapse_dims", loop_passes.collapse_dims),
     ("fold_gemm_updates", loop_passes.fold_gemm_updates),
 ]
+
+log = logging.getLogger("popjit")
 
 
 def _dump(level: int, title: str, text: Callable[[], str]) -> None:
@@ -79,34 +83,70 @@ def compile_graph(graph: Graph, target: Target | None, numerics: Numerics = DEFA
     A program compiled before, in this process or an earlier one, comes from the executable cache
     (:mod:`popjit.pipeline.store`) instead: a program that compiles without an out-of-memory warning
     is kept there (with ``POPJIT_DEBUG`` 2 or more it is compiled, to show its stages, and kept
-    again). ``fingerprint``: the graph's, if the caller has it."""
-    key = store.executable_key(fingerprint or graph.fingerprint(), target, numerics)
+    again). ``fingerprint``: the graph's, if the caller has it.
+
+    An IPU program writes its profile where ``POPLAR_ENGINE_OPTIONS`` asks (:mod:`popjit.profile`),
+    whether it was compiled or loaded; a bad value of that variable fails before anything compiles (a host
+    program, which has no Poplar engine, neither reads it nor writes a profile)."""
+    reports = report_options() if target is not None else ReportOptions()
+    parts = store.key_parts(fingerprint or graph.fingerprint(), target, numerics)
+    key = store.executable_key(parts["graph"], target, numerics)
     # why: POPJIT_DEBUG >= 2 asks to see the stages, so the program compiles instead of loading
     kept = _load_kept(key, graph.name, target) if config.get("DEBUG") < 2 else None
     if kept is not None:
-        return kept
+        return _reported(kept, reports)
+    log.info("Compile cause for '%s': %s", graph.name, recompilation_cause(graph.name, parts))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", OutOfMemoryWarning)
         exe = _compile(graph, target, numerics)
     for w in caught:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
     if not any(issubclass(w.category, OutOfMemoryWarning) for w in caught):  # why: seen on every compile
-        store.save(key, exe.graph, exe.program, exe.engine_source)
+        exe.library_store = store.save(key, exe.graph, exe.program, exe.engine_source)
+    return _reported(exe, reports)
+
+
+def _reported(exe: Executable, reports: ReportOptions) -> Executable:
+    """``exe``, after writing its profile if ``reports`` asks for one."""
+    if reports.enabled:
+        write_report(exe.schedule, reports)
     return exe
 
 
+#: The key parts each program name was last compiled with in this process (for the recompilation log).
+_COMPILED: dict[str, dict[str, str]] = {}
+
+
+def recompilation_cause(name: str, parts: dict[str, str]) -> str:
+    """Why the program ``name`` compiles: its first compile, or what changed since its last one (a new
+    graph: new input shapes or Python values, see the retracing log; a new IPU configuration,
+    floating-point behaviour, setting or Poplar flag), or nothing (the in-memory executable cache had
+    dropped it). The executable cache on disk never held it (it would have been loaded)."""
+    before = _COMPILED.get(name)
+    _COMPILED[name] = parts
+    if before is None:
+        return f"its first compile in this process, and it is not in the executable cache {store.executables_dir()}"
+    changed = store.changed_parts(before, parts)
+    if not changed:
+        return ("compiled before with the same key, but no longer in the in-memory executable cache "
+                "(POPJIT_EXECUTABLE_CACHE_SIZE, or reset_ipu_configuration cleared it)")
+    graph = ("its graph changed (new input shapes or dtypes, new Python values traced in as constants, or a new "
+             "trace)")
+    return "recompiling: " + "; ".join(graph if part == "graph" else f"the {part} changed" for part in changed)
+
+
 def _load_kept(key: str, name: str, target: Target | None) -> Executable | None:
-    """The program of ``key`` from the executable cache, logged as the phase "executable cache" (a
+    """The program of ``key`` from the executable cache, logged as the phase "Loading executable" (a
     program not there is compiled, and no phase is logged for looking)."""
     started = time.perf_counter()
     kept = store.load(key)
     if kept is None:
         return None
     phases = Phases(name)
-    with phases.phase("executable cache") as phase:
-        graph, program, source = kept
-        exe = Executable(graph, program, target, source, load_engine(source))
-        phase.note = f"loaded in {time.perf_counter() - started:.3f} s"
+    with phases.phase("Loading executable") as phase:
+        exe = Executable(kept.graph, kept.program, target, kept.source, load_engine(kept.source),
+                         library_store=kept.libraries, loaded=True)
+        phase.note = f"loaded in {time.perf_counter() - started:.3f} s from {store.executable_path(key)}"
     exe.compile_seconds = time.perf_counter() - started
     _dump(1, f"loaded {name}", lambda: f"from the executable cache in {exe.compile_seconds:.3f} s")
     return exe
@@ -114,6 +154,7 @@ def _load_kept(key: str, name: str, target: Target | None) -> Executable | None:
 
 def _compile(graph: Graph, target: Target | None, numerics: Numerics) -> Executable:
     phases = Phases(graph.name)
+    log.info("Starting phase: graphConstruction of '%s'", graph.name)
     _dump(2, f"graph IR of {graph.name}", graph.as_text)
     with phases.phase("graph passes"):
         graph = optimize_graph(graph.copy())  # the passes rewrite graphs in place; the caller's stays as traced
@@ -132,6 +173,7 @@ def _compile(graph: Graph, target: Target | None, numerics: Numerics) -> Executa
     _dump(6, f"engine of {graph.name}", lambda: source.source)
     engine = load_engine(source)
     exe = Executable(graph, program, target, source, engine, phases.elapsed(), _schedule=schedule)
+    log.info("Finished phase: graphConstruction of '%s' in %.3f s", graph.name, phases.elapsed())
     _dump(1, f"compiled {graph.name}", lambda: f"{len(source.codelets)} codelets, "
           f"{len(program.temps)} temporaries, {phases.elapsed():.3f} s ({phases.summary()}; "
           "machine code compiles on first run)")

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from popjit.codegen.engine import EngineSource, storage_dtype
+from popjit.codegen.library import LibraryStore
 from popjit.codegen.numerics import TRAPPED, trap_names
 from popjit.errors import FailedPreconditionError, InternalError
 from popjit.ir.graph import Graph
@@ -77,6 +78,8 @@ class Executable:
     compile_seconds: float = 0.0
     runs: int = 0
     _schedule: Schedule | None = None  # computed again on first use for a program from the executable cache
+    library_store: LibraryStore | None = None  # where its machine code is kept (None: the program library cache)
+    loaded: bool = False  # it came from the on-disk executable cache
     _const_views: list[np.ndarray] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -95,25 +98,16 @@ class Executable:
         program with streams reads and writes them through ``feeds``. ``rounding``: the device's
         stochastic-rounding state (int64 ``[key word, key word, call number]``), for a program
         compiled with stochastic rounding."""
-        p = self.program
-        if (p.stream_in or p.stream_out) and feeds is None:
-            raise FailedPreconditionError(
-                f"'{self.graph.name}' uses infeeds or outfeeds: run it with the host's feeds.")
+        p = self._check_feeds(feeds)
         fed = feeds.take_inputs(p) if p.stream_in else {}  # first: a dry infeed fails before anything runs
         outs = [np.empty(b.shape, b.dtype.np) for b in p.outs]
         drained = {b.uid: np.empty(b.shape, b.dtype.np) for b in p.stream_out}
-        buffers = [device_view(np.asarray(args[b.binding], dtype=b.dtype.np), b) for b in p.args]
-        buffers += [device_view(variables[b.binding], b, in_place=True) for b in p.variables]
-        buffers += self._const_views
-        buffers += [device_view(o, b) for o, b in zip(outs, p.outs)]
-        buffers += [device_view(fed[b.uid], b) for b in p.stream_in]
-        buffers += [device_view(drained[b.uid], b) for b in p.stream_out]
-        buffers += [np.empty(b.size, storage_dtype(b.dtype)) for b in p.temps]
+        buffers = self._buffers(args, variables, outs, fed, drained)
         state = self._rounding_state(rounding)
         saved = self._saved_state(variables, state)
         with _engine_guard(), interrupts.watching() as stop:
             stopped = self.engine(buffers, self.engine_source.ints, self.engine_source.floats, stop, state,
-                                  program=self.graph.name)
+                                  program=self.graph.name, store=self.library_store)
         if stopped & TRAPPED:
             for buf, before in saved:
                 buf[...] = before
@@ -124,6 +118,43 @@ class Executable:
         if drained:
             feeds.deliver_outputs(p, drained)
         return outs
+
+    def precompile(self, variables: dict[int, np.ndarray], feeds: HostFeeds | None = None,
+                   deliver: bool = True) -> list[np.ndarray]:
+        """What a run on a device in ``DeviceConnectionType.PRE_COMPILE`` mode does: the program's machine
+        code is compiled (and kept in the executable cache) but nothing runs. Its results are zeros of
+        their shapes and dtypes, and (with ``deliver``) each outfeed receives zeros of what one run
+        would write; no infeed is read and no variable changes, as in Graphcore's pre-compile mode."""
+        p = self._check_feeds(feeds)
+        outs = [np.zeros(b.shape, b.dtype.np) for b in p.outs]
+        fed = {b.uid: np.zeros(b.shape, b.dtype.np) for b in p.stream_in}
+        drained = {b.uid: np.zeros(b.shape, b.dtype.np) for b in p.stream_out}
+        args = {b.binding: np.zeros(b.shape, b.dtype.np) for b in p.args}
+        self.engine.link(self._buffers(args, variables, outs, fed, drained), self.graph.name, self.library_store)
+        if drained and deliver:
+            feeds.deliver_outputs(p, drained)
+        return outs
+
+    def _check_feeds(self, feeds: HostFeeds | None) -> Program:
+        """The program, once it is known that ``feeds`` is given if it has streams."""
+        p = self.program
+        if (p.stream_in or p.stream_out) and feeds is None:
+            raise FailedPreconditionError(
+                f"'{self.graph.name}' uses infeeds or outfeeds: run it with the host's feeds.")
+        return p
+
+    def _buffers(self, args: Any, variables: dict[int, np.ndarray], outs: list[np.ndarray],
+                 fed: dict[int, np.ndarray], drained: dict[int, np.ndarray]) -> list[np.ndarray]:
+        """The engine's buffers, in its order: arguments, variables, constants, results, streams, temporaries."""
+        p = self.program
+        buffers = [device_view(np.asarray(args[b.binding], dtype=b.dtype.np), b) for b in p.args]
+        buffers += [device_view(variables[b.binding], b, in_place=True) for b in p.variables]
+        buffers += self._const_views
+        buffers += [device_view(o, b) for o, b in zip(outs, p.outs)]
+        buffers += [device_view(fed[b.uid], b) for b in p.stream_in]
+        buffers += [device_view(drained[b.uid], b) for b in p.stream_out]
+        buffers += [np.empty(b.size, storage_dtype(b.dtype)) for b in p.temps]
+        return buffers
 
     def _rounding_state(self, rounding: np.ndarray | None) -> tuple[np.ndarray, ...]:
         """The extra engine argument of a program that rounds stochastically (none otherwise)."""

@@ -7,6 +7,13 @@ running on an IPU device before the system is configured raises an error that sa
 Each device also holds what its programs' floating-point behaviour needs: the
 :class:`~popjit.codegen.numerics.Numerics` they compile with, and the state of its hardware random
 generator (:class:`GeneratorState`), which ``ipu.utils.reset_ipu_seed`` reseeds.
+
+Programs run through :func:`execute`, which honours the device's connection type
+(``IPUConfig.device_connection.type``, Graphcore's ``DeviceConnectionType``): ``ALWAYS`` attaches the
+device when the system is configured, ``ON_DEMAND`` when a program first runs on it (each logs
+"Device /device:IPU:0 attached to IPU: 0" then), ``PRE_COMPILE`` never attaches: a program compiles
+(machine code included, into the executable cache) and returns zeros without running, and ``NEVER``
+compiles it the same way and then raises Graphcore's "configured for compilation only" error.
 """
 
 from __future__ import annotations
@@ -123,6 +130,16 @@ class VirtualDevice:
     recent_programs: OrderedDict[int, ProgramRuns] = field(default_factory=OrderedDict)
     numerics: Numerics = DEFAULT
     generator: GeneratorState = field(default_factory=GeneratorState)
+    connection: str = "ALWAYS"  # a DeviceConnectionType's name
+    attached: bool = False
+
+    def attach(self) -> None:
+        """Attach the device's IPUs (once), logging it as Graphcore's executor does."""
+        if not self.attached:
+            self.attached = True
+            ipus = ", ".join(str(self.first_ipu + i) for i in range(self.num_ipus))
+            log.info("Device /device:IPU:%d attached to IPU%s: %s", self.ordinal, "s" if self.num_ipus > 1 else "",
+                     ipus)
 
     def record_run(self, executable: Any) -> None:
         """Count a run of ``executable`` among the device's most recent programs (the last
@@ -213,18 +230,20 @@ def program_target(device: str, jit_compile: bool | None) -> Target | None:
 
 
 def configure(counts: list[int], version: str = "ipu2", tiles_per_ipu: int = 0, ipu_model: bool = False,
-              options: Any = None, numerics: Numerics = DEFAULT) -> list[VirtualDevice]:
-    """Attach one virtual device per entry of ``counts`` (IPUs per device); their programs compile with
-    ``numerics`` (``IPUConfig.floating_point_behaviour``)."""
+              options: Any = None, numerics: Numerics = DEFAULT, connection: str = "ALWAYS") -> list[VirtualDevice]:
+    """Make one virtual device per entry of ``counts`` (IPUs per device); their programs compile with
+    ``numerics`` (``IPUConfig.floating_point_behaviour``). ``connection``: the name of their
+    ``DeviceConnectionType`` (``ALWAYS`` attaches them now)."""
     targets = device_targets(counts, version, tiles_per_ipu, ipu_model)
     if _system.devices:
         log.info("Resetting existing IPU configuration before applying new configuration")
     devices, first = [], 0
     for ordinal, (n, target) in enumerate(zip(counts, targets)):
-        devices.append(VirtualDevice(ordinal, n, target, first_ipu=first, numerics=numerics))
-        ipus = ", ".join(str(first + i) for i in range(n))
-        log.info("Device /device:IPU:%d attached to IPU%s: %s", ordinal, "s" if n > 1 else "", ipus)
+        devices.append(VirtualDevice(ordinal, n, target, first_ipu=first, numerics=numerics, connection=connection))
         first += n
+    if connection == "ALWAYS":
+        for d in devices:
+            d.attach()
     _system.devices = devices
     _system.options = options
     return devices
@@ -253,6 +272,30 @@ def get_device(ordinal: int) -> VirtualDevice:
             f"{len(_system.devices)} IPU device(s) (/device:IPU:0..{len(_system.devices) - 1})."
         )
     return _system.devices[ordinal]
+
+
+def execute(executable: Any, device: str, args: Any, variables: dict[int, np.ndarray],
+            feeds: Any = None) -> list[np.ndarray]:
+    """Run ``executable`` (a :class:`~popjit.pipeline.executable.Executable`) on ``device`` with ``args``,
+    ``variables`` (updated in place) and the host's ``feeds``; its results. The one place programs run,
+    so the IPU device's connection type is honoured for all of them (see the module docstring): with
+    ``PRE_COMPILE`` its results are zeros and nothing runs; with ``NEVER`` it raises
+    ``InvalidArgumentError`` without running. Variables and feeds are left as they were in both."""
+    ordinal = ipu_ordinal(device)
+    if ordinal is None:
+        return executable.run(args, variables, feeds, HOST_GENERATOR.rounding)
+    dev = get_device(ordinal)
+    if dev.connection == "NEVER":
+        executable.precompile(variables, feeds, deliver=False)
+        raise InvalidArgumentError(
+            "Trying to run an executable on a device that was configured for compilation only. "
+            f"({dev.name} has device_connection.type DeviceConnectionType.NEVER: '{executable.graph.name}' was "
+            f"compiled, and is kept in the executable cache when TF_POPLAR_FLAGS sets --executable_cache_path.)"
+            f"{where()}")
+    if dev.connection == "PRE_COMPILE":
+        return executable.precompile(variables, feeds)
+    dev.attach()
+    return executable.run(args, variables, feeds, dev.generator.rounding)
 
 
 def program_numerics(device: str) -> Numerics:

@@ -32,4 +32,4 @@ def run_on_ipu(op: str, arrays: Sequence[np.ndarray], attrs: dict[str, Any], out
     graph = single_op_graph(op, in_avals, attrs, out_avals)
     exe = compile_cached(graph, dev.target, on_ipu=True, numerics=dev.numerics)
     dev.executions += 1
-    return exe.run(list(arrays), {}, rounding=dev.generator.rounding)
+    return devices.execute(exe, dev.name, list(arrays), {})

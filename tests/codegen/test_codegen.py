@@ -131,7 +131,7 @@ def test__executable_cache_path__second_process_compiles_nothing(tmp_path):
     assert first.stdout.split()[1] != "0", first.stdout  # the first process compiled its codelets
     assert second.stdout.split()[1] == "0", second.stdout  # the second loaded every one from the cache
     assert first.stdout.split()[3] == second.stdout.split()[3]  # same results
-    assert list(cache.rglob("k_*.py")) and list(cache.rglob("*.lib")), "modules and machine code are in DIR"
+    assert list(cache.rglob("k_*.py")) and list(cache.glob("*.poplar_exec")), "modules and programs are in DIR"
     assert not (tmp_path / "unused").exists()
 
 

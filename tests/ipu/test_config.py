@@ -11,7 +11,7 @@ import typing
 
 import pytest
 
-from popjit.errors import FailedPreconditionError, InvalidArgumentError
+from popjit.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from popjit.ipu import config as ipu_config
 from popjit.ipu import utils
 from popjit.ipu.config import (
@@ -692,6 +692,10 @@ def test__legacy_api__errors():
         utils.create_ipu_config(profiling=True, enable_ipu_events=True)
     with pytest.raises(Exception, match="`profiling` is required when `profile_execution` is set"):
         utils.create_ipu_config(profile_execution=ipu_config.ExecutionProfileType.TILE_PROFILE)
+    for given in ("profiling", "enable_ipu_events"):  # SDK 1.x event-trace reports: POPLAR_ENGINE_OPTIONS instead
+        with pytest.raises(UnimplementedError,
+                           match=rf"create_ipu_config\({given}=True\) is not implemented.*POPLAR_ENGINE_OPTIONS"):
+            utils.create_ipu_config(**{given: True})
     with pytest.raises(TypeError, match="unexpected keyword argument 'max_nonsense'"):
         utils.set_optimization_options(opts, max_nonsense=1)
     with pytest.raises(TypeError, match="create_ipu_config"):
