@@ -8,9 +8,19 @@ the user's code, and what to do.
 from __future__ import annotations
 
 import dis
+import functools
 import sys
-from collections.abc import Callable, Iterable
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+from popjit.support import (  # noqa: F401  (missing_api_message and multi_ipu_message re-exported)
+    mark_stub,
+    missing_api_message,
+    multi_ipu_message,
+    unimplemented_message,
+)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 OK = 0
 CANCELLED = 1
@@ -120,37 +130,34 @@ def unimplemented_name(name: str, message: str, module: str | None = None) -> Un
     return UnimplementedAPIError(prefix + message)
 
 
-def missing_api_message(module: str, name: str) -> str:
-    """The text of the error for ``module.name`` not existing in popjit."""
-    return (f"{module}.{name} is not implemented by popjit. See docs/reference.md for the supported API; "
-            "if your program needs it, please open an issue naming the op and a small example.")
-
-
 def missing_api(module: str, name: str) -> UnimplementedError:
-    """The error for ``module.name`` not existing in popjit (see :func:`unimplemented_name`)."""
-    return unimplemented_name(name, missing_api_message(module, name))
+    """The error for ``module.name`` not existing in popjit (see :func:`unimplemented_name`), with the
+    reason and advice :mod:`popjit.support`'s table gives for it, or :func:`missing_api_message`'s text."""
+    return unimplemented_name(name, unimplemented_message(f"{module}.{name}"))
 
 
-def multi_ipu_message(name: str) -> str:
-    """The text of the error for a Graphcore name that needs several IPUs (pipelining, sharding,
-    replication), which popjit does not run yet."""
-    return (f"{name} is not implemented by popjit yet: popjit runs a program on one IPU, and pipelining, "
-            "sharding and replication over several IPUs come later. Run the model on one IPU without it; to "
-            "train on larger batches, accumulate gradients (model.set_gradient_accumulation_options(...) or "
-            "ipu.optimizers.GradientAccumulationOptimizerV2).")
-
-
-def missing_attributes(module: str, multi_ipu: Iterable[str] = ()) -> Callable[[str], NoReturn]:
+def missing_attributes(module: str) -> Callable[[str], NoReturn]:
     """A module-level ``__getattr__`` for the TensorFlow or Graphcore namespace ``module`` (as users
-    write it, e.g. ``"tf.nn"``): a name popjit lacks is :func:`missing_api`'s error, or, for the
-    names in ``multi_ipu``, one saying they need several IPUs (:func:`multi_ipu_message`)."""
-    several = frozenset(multi_ipu)
+    write it, e.g. ``"tf.nn"``): a name popjit lacks raises :func:`missing_api`'s error."""
 
     def module_getattr(name: str) -> NoReturn:
         if name.startswith("__"):
             raise AttributeError(name)
-        if name in several:
-            raise unimplemented_name(name, multi_ipu_message(f"{module}.{name}"))
         raise missing_api(module, name)
 
     return module_getattr
+
+
+def unimplemented_stub(name: str) -> Callable[[_F], _F]:
+    """Make the decorated function a stub for the API ``name``: calling it raises ``UnimplementedError``
+    with the reason :mod:`popjit.support`'s table gives (its body never runs), and it carries the
+    marker by which ``popjit check`` knows it is not supported yet."""
+
+    def stub(function: _F) -> _F:
+        @functools.wraps(function)
+        def refuse(*args: Any, **kwargs: Any) -> NoReturn:
+            raise UnimplementedError(unimplemented_message(name))
+
+        return mark_stub(name)(refuse)
+
+    return stub

@@ -21,11 +21,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from popjit import context, data
-from popjit.errors import UnimplementedError, multi_ipu_message
+from popjit.errors import UnimplementedError
 from popjit.frontend import api as tf
 from popjit.keras import models
 from popjit.keras.base_layer import Layer
 from popjit.keras.training import TrainingAPI, _as_array, _is_dataset
+from popjit.support import mark_stub, unimplemented_message
 
 __all__ = ["FunctionalLayerPipelineStageAssignment", "Model", "ModelLayerPipelineStageAssignment", "PipelineModel",
            "PipelineSequential", "PipelineStage", "Sequential", "SequentialLayerPipelineStageAssignment",
@@ -269,11 +270,12 @@ def _needs_several_ipus(qualified: str) -> type:
     """A Graphcore class for several IPUs: constructing it raises ``UnimplementedError`` with advice."""
 
     def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
-        raise UnimplementedError(multi_ipu_message(qualified))
+        raise UnimplementedError(unimplemented_message(qualified))
 
     name = qualified.rpartition(".")[2]
-    return type(name, (), {"__init__": refuse, "__doc__": f"``{qualified}``: needs several IPUs; raises "
-                                                           "``UnimplementedError`` (see :func:`multi_ipu_message`)."})
+    return mark_stub(qualified)(type(name, (), {
+        "__init__": refuse, "__doc__": f"``{qualified}``: needs several IPUs; raises ``UnimplementedError`` (see "
+                                       ":func:`popjit.support.multi_ipu_message`)."}))
 
 
 PipelineModel = _needs_several_ipus("ipu.keras.PipelineModel")

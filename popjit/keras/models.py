@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from popjit.errors import missing_api, multi_ipu_message, unimplemented_name
+from popjit.errors import missing_api, unimplemented_name
 from popjit.frontend import api as tf
 from popjit.keras import backend, functional_config, generic_utils, keras3_schema, optimizers, saving
 from popjit.keras.base_layer import Layer, _dedup, as_shape_tuple
@@ -19,6 +19,7 @@ from popjit.keras.keras_tensor import InputLayer, KerasTensor, Node, infer_outpu
 from popjit.keras.layers import deserialize, serialize
 from popjit.keras.summary import print_summary
 from popjit.keras.training import TrainingAPI, split_ipu_config
+from popjit.support import names_below, unimplemented_message
 
 _MODEL_KWARGS = frozenset({"trainable", "dtype", "dynamic", "name", "autocast"})
 
@@ -28,10 +29,7 @@ _MISSING_METHODS = frozenset({
     "make_predict_function", "export_for_ipu_serving",
 })
 #: Graphcore's Model methods for several IPUs (pipelining, replication): UnimplementedError with advice.
-_MULTI_IPU_METHODS = frozenset({
-    "set_pipelining_options", "get_pipeline_stage_assignment", "set_pipeline_stage_assignment",
-    "reset_pipeline_stage_assignment", "print_pipeline_stage_assignment_summary", "set_replication_options",
-})
+_MULTI_IPU_METHODS = names_below("keras.Model")
 
 
 class Model(TrainingAPI, Layer):
@@ -312,7 +310,7 @@ class Model(TrainingAPI, Layer):
 
     def __getattr__(self, name: str) -> Any:
         if name in _MULTI_IPU_METHODS:
-            raise unimplemented_name(name, multi_ipu_message(f"tf.keras.Model.{name}"))
+            raise unimplemented_name(name, unimplemented_message(f"tf.keras.Model.{name}"))
         if name in _MISSING_METHODS:
             raise missing_api("tf.keras.Model", name)
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")

@@ -332,7 +332,7 @@ def test__ipu_scope__runs_ops_and_places_variables_on_the_device(one_ipu):
 ], ids=["ipu_shard", "outside_compilation_scope", "frontend_attribute", "stochastic_rounding", "partials_type"])
 def test__scopes_not_built_yet__say_so(call, request):
     name = request.node.callspec.id
-    with pytest.raises(UnimplementedError, match=rf"ipu\.scopes\.{name} is not implemented in popjit yet"):
+    with pytest.raises(UnimplementedError, match=rf"ipu\.scopes\.{name} is not implemented by popjit yet"):
         call()
 
 

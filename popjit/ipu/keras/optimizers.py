@@ -5,4 +5,4 @@ optimizer needs several IPUs and raises ``UnimplementedError``."""
 from popjit.errors import missing_attributes as _missing_attributes
 from popjit.keras.gradient_accumulation import GradientAccumulationOptimizerV2 as GradientAccumulationOptimizer  # noqa: F401
 
-__getattr__ = _missing_attributes("ipu.keras.optimizers", multi_ipu=("CrossReplicaOptimizer",))
+__getattr__ = _missing_attributes("ipu.keras.optimizers")

@@ -2,13 +2,14 @@
 programs. popjit reads no SavedModels: every name in it (``converter``, ``saved_model_tool``...)
 raises ``UnimplementedError`` (an ``ImportError`` for ``from ... import``) saying so."""
 
+import sys
 from typing import NoReturn
 
 from popjit.errors import unimplemented_name
+from popjit.support import mark_stub, unimplemented_message
 
-MESSAGE = ("ipu_tensorflow_addons.saved_model_tool is not implemented by popjit: it converts TensorFlow SavedModels "
-           "into IPU programs, and popjit reads no SavedModels. Run the model's Python code under `popjit run` "
-           "instead.")
+MESSAGE = unimplemented_message("ipu_tensorflow_addons.saved_model_tool")
+mark_stub("ipu_tensorflow_addons.saved_model_tool")(sys.modules[__name__])  # `popjit check` reports it
 
 
 def __getattr__(name: str) -> NoReturn:
