@@ -12,7 +12,7 @@ from benchmarks import workloads
 from benchmarks.firstcall import first_calls
 
 COMPILERS = ["popjit", "tensorflow", "jax"]
-WORKLOADS = ["chain", "matmul", "train", "keras"]  # train: W1; keras: K1 (popjit and TensorFlow only)
+WORKLOADS = ["chain", "matmul", "train", "keras", "tf1"]  # train: W1; keras: K1; tf1: T1 (popjit and TensorFlow)
 
 Results = dict[tuple[str, str], dict[str, dict[str, Any]]]
 

@@ -7,7 +7,7 @@ computes a wrong result fails in setup, so it is never reported as fast.
 
 from __future__ import annotations
 
-from benchmarks import keras_workloads, workloads
+from benchmarks import keras_workloads, tf1_workloads, workloads
 from benchmarks.timing import best_of
 
 
@@ -100,3 +100,21 @@ class KerasFit(_Throughput):
         return self._rate()
 
     track_fit_samples.unit = "samples/s"
+
+
+class TF1Session(_Throughput):
+    """(f) seed 004's TF1 graph: a feed_dict Session.run per step against infeed + loops.repeat in one run."""
+
+    params = [list(tf1_workloads.TF1_IMPLS), list(tf1_workloads.TF1_SIZES)]
+    param_names = ["framework", "workload"]
+
+    def setup(self, framework: str, workload: str) -> None:
+        self._prepare("tf1", framework, **tf1_workloads.TF1_SIZES[workload])
+
+    def time_session_steps(self, framework: str, workload: str) -> None:
+        self.case.call()
+
+    def track_session_steps(self, framework: str, workload: str) -> float:
+        return self._rate()
+
+    track_session_steps.unit = "steps/s"

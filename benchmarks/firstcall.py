@@ -125,7 +125,7 @@ def peak_rss_mib() -> float:
 def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="benchmarks.firstcall", description="Time one first call in a fresh process.")
     p.add_argument("framework", choices=COMPILERS)
-    p.add_argument("workload", choices=["chain", "matmul", "train", "keras"])
+    p.add_argument("workload", choices=["chain", "matmul", "train", "keras", "tf1"])
     for size in SIZES:
         p.add_argument(f"--{size}", type=int)
     p.add_argument("--repeat", type=int, default=3, help="steady-state calls timed after the first")

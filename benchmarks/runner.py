@@ -4,6 +4,7 @@
     python -m benchmarks --only chain matmul  # skip the training loops and the fresh-process compile timings
     python -m benchmarks --only train         # the training loops (W1, W2) and W1's first-call compile time
     python -m benchmarks --only keras         # Keras fit: K1 (CNN) and K2 (LSTM), and their first epochs
+    python -m benchmarks --only tf1           # TF1 Sessions: feed_dict per step against infeed + loops.repeat
     python -m benchmarks --no-peers --json out.json
 
 Throughput is best-of-N after warm-up, in this process, the frameworks of one workload timed
@@ -25,11 +26,11 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
-from benchmarks import keras_workloads, workloads
+from benchmarks import keras_workloads, tf1_workloads, workloads
 from benchmarks.firstcall import COMPILERS, first_calls
 from benchmarks.timing import interleaved_best, machine_summary
 
-SECTIONS = ("chain", "matmul", "train", "keras", "compile")
+SECTIONS = ("chain", "matmul", "train", "keras", "tf1", "compile")
 CHAIN_TARGET = 1.0  # popjit GB/s ≥ TF-XLA's
 MATMUL_TARGET = 0.9  # popjit GFLOP/s ≥ 90% of NumPy's BLAS
 COMPILE_TARGET_S = 2.0  # cold first-call compile of (a) under 2 s
@@ -148,6 +149,8 @@ def measure(sections: Sequence[str], frameworks: Sequence[str], repeat: int, min
         problems += [workloads.train_problem(**sizes) for sizes in workloads.TRAIN_SIZES.values()]
     if "keras" in sections:
         problems += [workloads.problem("keras", **sizes) for sizes in keras_workloads.KERAS_SIZES.values()]
+    if "tf1" in sections:
+        problems += [workloads.problem("tf1", **sizes) for sizes in tf1_workloads.TF1_SIZES.values()]
     for p in problems:
         rows += throughput_rows(p, frameworks, repeat, min_time)
     if "train" in sections:
@@ -159,6 +162,10 @@ def measure(sections: Sequence[str], frameworks: Sequence[str], repeat: int, min
         _progress("first epochs of K1 and K2 in fresh processes")
         for sizes in keras_workloads.KERAS_SIZES.values():
             rows += compile_rows("keras", sizes, frameworks)
+    if "tf1" in sections:
+        _progress("first session runs of the TF1 graph in fresh processes")
+        for sizes in tf1_workloads.TF1_SIZES.values():
+            rows += compile_rows("tf1", sizes, frameworks)
     if "compile" in sections:
         _progress("first-call times in fresh processes")
         rows += compile_rows("chain", {}, frameworks)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import keras_workloads
+from benchmarks import keras_workloads, tf1_workloads
 from benchmarks.core import (  # noqa: F401  (re-exported: the tests and asv use workloads.X)
     BUILT_IN,
     FRAMEWORKS,
@@ -61,7 +61,9 @@ def problem(workload: str, **sizes: int) -> Problem:
         return train_problem(**sizes)
     if workload == "keras":
         return keras_workloads.keras_problem(**sizes)
-    raise ValueError(f"unknown workload {workload!r}; expected 'chain', 'matmul', 'train' or 'keras'")
+    if workload == "tf1":
+        return tf1_workloads.tf1_problem(**sizes)
+    raise ValueError(f"unknown workload {workload!r}; expected 'chain', 'matmul', 'train', 'keras' or 'tf1'")
 
 
 def problem_label(workload: str, **sizes: int) -> str:
@@ -76,12 +78,14 @@ def problem_label(workload: str, **sizes: int) -> str:
         return f"train {layers} b{s['batch']} x{s['steps']}"
     if workload == "keras":
         return keras_workloads.keras_label(**sizes)
-    raise ValueError(f"unknown workload {workload!r}; expected 'chain', 'matmul', 'train' or 'keras'")
+    if workload == "tf1":
+        return tf1_workloads.tf1_label(**sizes)
+    raise ValueError(f"unknown workload {workload!r}; expected 'chain', 'matmul', 'train', 'keras' or 'tf1'")
 
 
 def frameworks_for(kind: str, frameworks: Iterable[str]) -> list[str]:
-    """Those of ``frameworks`` that implement workloads of ``kind`` (``popjit-infeed`` only trains,
-    ``popjit-gemm`` only multiplies)."""
+    """Those of ``frameworks`` that implement workloads of ``kind`` (``popjit-infeed`` only trains and runs
+    TF1 sessions, ``popjit-gemm`` only multiplies)."""
     return [fw for fw in frameworks if fw in IMPLS[kind]]
 
 
@@ -516,4 +520,5 @@ def _train_impl(framework: str) -> Callable[[Problem], tuple[Callable[[], Any], 
 
 
 TRAIN_IMPLS: dict[str, Callable[[Problem], tuple[Callable[[], Any], str]]] = {fw: _train_impl(fw) for fw in TRAINERS}
-IMPLS = {"chain": CHAIN_IMPLS, "matmul": MATMUL_IMPLS, "train": TRAIN_IMPLS, "keras": keras_workloads.KERAS_IMPLS}
+IMPLS = {"chain": CHAIN_IMPLS, "matmul": MATMUL_IMPLS, "train": TRAIN_IMPLS, "keras": keras_workloads.KERAS_IMPLS,
+         "tf1": tf1_workloads.TF1_IMPLS}

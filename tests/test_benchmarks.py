@@ -291,3 +291,17 @@ def test_peak_memory_of_a_child_is_its_own() -> None:
     assert out.returncode == 0, out.stderr
     assert firstcall.peak_rss_mib() > 300 > 4 * float(out.stdout), "a fresh Python peaks far below its parent"
     del big
+
+
+@pytest.mark.parametrize("framework", ["popjit", "popjit-infeed", "numpy", "tensorflow"])
+def test_tf1_session_rows_match_numpy(framework: str) -> None:
+    """(f): every row of the TF1 graph, the feed_dict loop and the infeed loop, twice (the infeed keeps
+    its place), at a small size."""
+    if framework == "tensorflow" and not workloads.available("tensorflow"):
+        pytest.skip("TensorFlow is not installed")
+    p = workloads.problem("tf1", n=8, steps=3)
+    assert p.label == workloads.problem_label("tf1", n=8, steps=3) == "tf1 session (a+b)+(a+c) f32[8] x3"
+    case = workloads.instantiate(p, framework)
+    assert case.check() < 1e-6
+    assert case.check() < 1e-6
+    assert case.rate(2.0) == pytest.approx(1.5)
