@@ -11,13 +11,17 @@ import inspect
 from pathlib import Path
 from types import ModuleType
 
+import popjit.compat.v1
 import popjit.tensorflow as tf
 from popjit import flags, ipu
 from popjit.ops import all_ops
+from popjit.support import stub_name
 
 OUT = Path(__file__).with_name("reference.md")
 NAMESPACES = ["tf", "tf.math", "tf.nn", "tf.linalg", "tf.random", "tf.bitwise", "tf.nest", "tf.autograph",
-              "tf.errors", "tf.dtypes", "tf.train"]
+              "tf.errors", "tf.dtypes", "tf.train", "tf.compat.v1", "tf.compat.v1.train", "tf.compat.v1.layers",
+              "tf.compat.v1.losses", "tf.compat.v1.metrics", "tf.compat.v1.summary", "tf.compat.v1.data",
+              "tf.compat.v1.estimator"]
 
 
 def _first_line(obj: object) -> str:
@@ -34,14 +38,16 @@ def _namespace(path: str) -> ModuleType:
 
 def _public(mod: ModuleType) -> list[str]:
     names = getattr(mod, "__all__", None) or dir(mod)
-    return sorted(n for n in names if not n.startswith("_") and not inspect.ismodule(getattr(mod, n, None)))
+    return sorted(n for n in names if not n.startswith("_") and n != "annotations"
+                  and not inspect.ismodule(getattr(mod, n, None)) and stub_name(getattr(mod, n, None)) is None)
 
 
 def tensorflow_section() -> list[str]:
     out = ["## TensorFlow API (`import popjit.tensorflow as tf`)", ""]
     for path in NAMESPACES:
-        mod = _namespace(path)
-        out.append(f"**`{path}`**: " + ", ".join(f"`{n}`" for n in _public(mod)))
+        # why: tf.compat.v1 also answers every TF2 name (listed under `tf`); list TF1's own names only
+        mod = popjit.compat.v1 if path == "tf.compat.v1" else _namespace(path)
+        out.append(f"**`{path}`**: " + ", ".join(f"`{n}`" for n in _public(mod) if n != "graph_mode_message"))
         out.append("")
     return out
 

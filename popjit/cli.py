@@ -2,11 +2,11 @@
 
     popjit devices              the virtual IPU system: IPUs, tiles, memory per tile, clock, workers
     popjit demo                 Keras fit of a small CNN on handwritten digits inside IPUStrategy, with IPU estimates
-    popjit cache [list|clear]   the on-disk code cache under POPJIT_CACHE_DIR
+    popjit cache [list|clear|info]  the on-disk caches (POPJIT_CACHE_DIR, --executable_cache_path)
     popjit run script.py [args]  an unmodified IPU TensorFlow script, `tensorflow` resolving to popjit
+    popjit check PATH... [--json]  which TensorFlow names a program uses and which popjit supports (not running it)
+    popjit report DIR [--html OUT.html] [--png OUTDIR]   the profiles POPLAR_ENGINE_OPTIONS wrote (docs/profiles.md)
     popjit --version
-
-``popjit report DIR`` is planned; it says so and exits with status 2.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ from typing import Any
 import numpy as np
 
 import popjit
-from popjit import config, demo, errors, runner
+from popjit import check, config, demo, errors, runner
 from popjit.flags import poplar_flags
-from popjit.kernels.jit import cache_root, fingerprint
+from popjit.kernels.jit import cache_root, executable_cache_dir, fingerprint, untrusted_reason
+from popjit.pipeline import store
+from popjit.profile.report import report
 from popjit.runtime import device as devices
 
-NOT_IMPLEMENTED_STATUS = 2
 VERSION_NAMES = {"ipu1": "GC2, Mk1", "ipu2": "GC200, Mk2"}
 
 
@@ -117,6 +118,7 @@ class CacheEntry:
     modules: int
     compiled: int
     size: int
+    executables: int = 0
 
 
 def _current_generation() -> str:
@@ -133,39 +135,101 @@ def cache_entries(root: Path) -> list[CacheEntry]:
         files = [f for f in d.rglob("*") if f.is_file()]
         modules = sum(f.suffix == ".py" and f.name != "__init__.py" for f in files)
         compiled = sum(f.suffix == ".lib" for f in files)
-        entries.append(CacheEntry(d, d.name == current, modules, compiled, sum(f.stat().st_size for f in files)))
+        executables = sum(f.suffix == ".exe" for f in files)
+        entries.append(CacheEntry(d, d.name == current, modules, compiled, sum(f.stat().st_size for f in files),
+                                  executables))
     return sorted(entries, key=lambda e: not e.current)
 
 
+def poplar_execs() -> tuple[Path | None, list[Path]]:
+    """The ``--executable_cache_path`` directory (None without the flag) and its programs' files."""
+    directory = executable_cache_dir()
+    if directory is None or not directory.is_dir():
+        return directory, []
+    return directory, sorted(directory.glob(f"*{store.POPLAR_EXEC_SUFFIX}"))
+
+
+def _sized(files: list[Path]) -> str:
+    return format_bytes(sum(f.stat().st_size for f in files))
+
+
 def cmd_cache_list(args: argparse.Namespace) -> int:
-    """``popjit cache list``."""
+    """``popjit cache list``: the code cache's generations, and the ``--executable_cache_path`` programs."""
     root = cache_root()
     entries = cache_entries(root)
     print(f"popjit code cache: {root}")
     if not entries:
         print("  empty")
-        return 0
     for e in entries:
         state = "current" if e.current else "stale (another popjit or Numba version)"
         print(f"  {e.path.name}  {e.modules} generated modules, {e.compiled} compiled programs, "
-              f"{format_bytes(e.size)}  {state}")
+              f"{e.executables} kept executables, {format_bytes(e.size)}  {state}")
         if args.verbose:
             for f in sorted(e.path.rglob("*.py")):
                 if f.name != "__init__.py":
                     print(f"      {f.relative_to(e.path)}")
-    print(f"  total {format_bytes(sum(e.size for e in entries))}")
+    if entries:
+        print(f"  total {format_bytes(sum(e.size for e in entries))}")
+    directory, files = poplar_execs()
+    if directory is not None:
+        print(f"executable cache (TF_POPLAR_FLAGS --executable_cache_path): {directory}")
+        print(f"  {len(files)} programs ({store.POPLAR_EXEC_SUFFIX}), {_sized(files)}")
+        for f in files if args.verbose else []:
+            print(f"      {f.name}  {format_bytes(f.stat().st_size)}")
     return 0
 
 
 def cmd_cache_clear(args: argparse.Namespace) -> int:
-    """``popjit cache clear``: remove generated code (only popjit's ``gen-*`` directories)."""
+    """``popjit cache clear``: remove generated code (only popjit's ``gen-*`` directories) and, with
+    ``--executable_cache_path``, the programs kept there (only their ``.poplar_exec`` files)."""
     root = cache_root()
     entries = [e for e in cache_entries(root) if not (args.stale and e.current)]
     for e in entries:
         shutil.rmtree(e.path)
     size = format_bytes(sum(e.size for e in entries))
     print(f"removed {len(entries)} cache generation{'s' if len(entries) != 1 else ''} ({size}) from {root}")
+    directory, files = poplar_execs()
+    if directory is not None and not args.stale:
+        size = _sized(files)
+        for f in files:
+            f.unlink(missing_ok=True)
+        print(f"removed {len(files)} program{'s' if len(files) != 1 else ''} ({size}) from {directory}")
     return 0
+
+
+def cmd_cache_info(args: argparse.Namespace) -> int:
+    """``popjit cache info``: where the caches are, whether they are used, what they hold and what a
+    program's key covers."""
+    root = cache_root()
+    current = next((e for e in cache_entries(root) if e.current), None)
+    directory = store.executables_dir()
+    flagged, files = poplar_execs()
+    if flagged is None:
+        files = sorted(directory.glob("*.exe")) if directory.is_dir() else []
+    rows = [
+        ("code cache", f"{root} ({'TF_POPLAR_FLAGS --executable_cache_path' if flagged else 'POPJIT_CACHE_DIR'})"
+                       f"{_trust(root)}"),
+        ("generation", f"{_current_generation()} (hash of popjit's kernels and code generator, Numba's version and "
+                       "threading layer)"),
+        ("generated modules", str(current.modules if current else 0)),
+        ("program libraries", f"{current.compiled if current else 0} (machine code, one per program and kind of "
+                              "buffers)" if flagged is None else "kept in each program's file"),
+        ("executables", f"{directory}"),
+        ("programs", f"{len(files)}, {_sized(files)}"),
+        ("a program file holds", "its optimised graph, loop program and engine source"
+                                 + (", and its machine code" if flagged else "")),
+    ]
+    parts = list(store.KEY_PARTS.items())
+    rows += [("key covers" if i == 0 else "", f"{name}: {what}") for i, (name, what) in enumerate(parts)]
+    for name, value in rows:
+        print(f"{name:22}{value}")
+    return 0
+
+
+def _trust(directory: Path) -> str:
+    """`` (not used: <why>)`` for a directory other users can write to, else nothing."""
+    reason = untrusted_reason(directory) if directory.is_dir() else None
+    return f" (not used: {reason})" if reason else ""
 
 
 # -- run -----------------------------------------------------------------------------------------------
@@ -176,13 +240,20 @@ def cmd_run(argv: Sequence[str]) -> int:
     return runner.main(argv)
 
 
-# -- not yet -------------------------------------------------------------------------------------------
+# -- check ---------------------------------------------------------------------------------------------
 
 
-def cmd_not_implemented(args: argparse.Namespace) -> int:
-    """``report`` belongs to later work: say so, exit non-zero."""
-    print(f"popjit {args.command}: not implemented yet in popjit {popjit.__version__}.", file=sys.stderr)
-    return NOT_IMPLEMENTED_STATUS
+def cmd_check(args: argparse.Namespace) -> int:
+    """``popjit check``: see :mod:`popjit.check`."""
+    return check.main(args.paths, as_json=args.json)
+
+
+# -- report --------------------------------------------------------------------------------------------
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``popjit report``: see :mod:`popjit.profile.report`."""
+    return report(args.directory, html=args.html, png=args.png)
 
 
 # -- parser --------------------------------------------------------------------------------------------
@@ -211,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo_help = "train a small Keras CNN on a virtual IPU and report its estimates"
     sub.add_parser("demo", help=demo_help).set_defaults(func=cmd_demo)
 
-    c = sub.add_parser("cache", help="list or clear the on-disk code cache (POPJIT_CACHE_DIR)")
+    c = sub.add_parser("cache", help="list, describe or clear the on-disk caches (POPJIT_CACHE_DIR, and "
+                                     "TF_POPLAR_FLAGS --executable_cache_path)")
     c.set_defaults(func=cmd_cache_list, verbose=False)
     csub = c.add_subparsers(dest="action", metavar="ACTION")
     cl = csub.add_parser("list", help="list cached code (default)")
@@ -220,6 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
     cc = csub.add_parser("clear", help="remove cached code")
     cc.add_argument("--stale", action="store_true", help="only generations of other popjit or Numba versions")
     cc.set_defaults(func=cmd_cache_clear)
+    csub.add_parser("info", help="where the caches are, what they hold, what a program's key covers"
+                    ).set_defaults(func=cmd_cache_info)
 
     # `run` is parsed by popjit.runner as python parses its command line (see main); this entry is for --help.
     r = sub.add_parser("run", help="run an unmodified IPU TensorFlow script: run script.py [args], "
@@ -227,9 +301,17 @@ def build_parser() -> argparse.ArgumentParser:
                           add_help=False)
     r.add_argument("argv", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]")
     r.set_defaults(func=lambda args: cmd_run(args.argv))
-    rp = sub.add_parser("report", help="summarise a profile directory (not implemented yet)")
-    rp.add_argument("directory")
-    rp.set_defaults(func=cmd_not_implemented)
+    ck = sub.add_parser("check", help="list the TensorFlow, Keras and Graphcore names a program uses and whether "
+                                      "popjit supports each, without running it (exit status 1 if one is missing)")
+    ck.add_argument("paths", nargs="+", metavar="PATH", help="a Python file, or a directory of them")
+    ck.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    ck.set_defaults(func=cmd_check)
+    rp = sub.add_parser("report", help="summarise the profiles in a report directory (POPLAR_ENGINE_OPTIONS "
+                                       "autoReport) or one profile file")
+    rp.add_argument("directory", metavar="DIR", help="a report directory, or one profile.json")
+    rp.add_argument("--html", metavar="OUT.html", help="also write one self-contained page of charts")
+    rp.add_argument("--png", metavar="OUTDIR", help="also write static plots into this directory")
+    rp.set_defaults(func=cmd_report)
     return p
 
 

@@ -21,6 +21,7 @@ from the front of the traceback, so it starts at the user's first line.
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib.util
 import linecache
@@ -36,8 +37,9 @@ from typing import Any
 
 from popjit import config
 from popjit.aliases import AliasFinder
+from popjit.support import Status, graphcore_name, lookup
 
-USAGE = "usage: popjit run [-h] [-v] (SCRIPT | -m MODULE | -c CODE) [ARGS ...]"
+USAGE = "usage: popjit run [-h] [-v] [--tf1] (SCRIPT | -m MODULE | -c CODE) [ARGS ...]"
 HELP = f"""{USAGE}
 
 Run a program written for Graphcore's IPU TensorFlow, unmodified, on popjit. Inside this process
@@ -48,6 +50,8 @@ installed beside popjit is untouched. sys.argv, __name__ == "__main__", exit cod
 
   -v, --verbose
               log popjit's compile phases with their times (and its other INFO messages) to stderr
+  --tf1       run a TensorFlow 1.15 program: `import tensorflow` is tensorflow.compat.v1 (chosen by itself
+              for a script that uses tf.placeholder, tf.Session, tf.train.<Name>Optimizer...)
   SCRIPT      a Python file (or a directory or zip file with a __main__.py)
   -m MODULE   run a module as a script, as `python -m MODULE`
   -c CODE     run the program passed as a string, as `python -c CODE`
@@ -89,7 +93,11 @@ ALIASES: tuple[Alias, ...] = (
 
 
 def missing_module_message(fullname: str, target: str) -> str:
-    """The text of the ImportError for a TensorFlow module popjit has no counterpart of."""
+    """The text of the ImportError for a TensorFlow module popjit has no counterpart of: the reason and
+    advice popjit/support.py's table gives for it (e.g. a module for several IPUs), or a generic one."""
+    entry = lookup(graphcore_name(fullname))
+    if entry is not None and entry.status is Status.MISSING:
+        return f"No module named '{fullname}': {entry.message(graphcore_name(fullname))}"
     return (f"No module named '{fullname}': popjit does not provide {fullname}. Under `popjit run` the "
             f"tensorflow modules are popjit's (here {target}, which does not exist). docs/reference.md "
             "lists what popjit supports; if your program needs this module, please open an issue naming it.")
@@ -124,13 +132,47 @@ def hook_installed() -> bool:
     return any(isinstance(f, TensorFlowFinder) for f in sys.meta_path)
 
 
-def install_hook() -> TensorFlowFinder:
-    """Make ``tensorflow`` and its relatives resolve to popjit in this process (idempotent)."""
+#: TensorFlow 1.15's ``import tensorflow``: the TF1 namespace (``tf.placeholder``, ``tf.Session``,
+#: ``tf.train.GradientDescentOptimizer``), its submodules still TensorFlow 2's where TF1 has no own.
+TF1_ALIASES: tuple[Alias, ...] = (Alias("tensorflow", "popjit.tensorflow.compat.v1", children="popjit.tensorflow"),
+                                  *(a for a in ALIASES if a.name != "tensorflow"))
+
+#: ``tf.<name>`` uses that only a TensorFlow 1 program makes (``import tensorflow as tf`` in TF 1.15).
+TF1_ONLY_NAMES = frozenset({"placeholder", "Session", "InteractiveSession", "get_variable", "variable_scope",
+                            "global_variables_initializer", "ConfigProto", "layers", "contrib", "losses",
+                            "AUTO_REUSE", "assign", "assign_add", "trainable_variables", "get_default_graph"})
+
+
+def tf1_program(path: str) -> bool:
+    """Whether the script at ``path`` is a TensorFlow 1.15 program: it does ``import tensorflow as tf`` and
+    uses ``tf.placeholder``, ``tf.Session``, ``tf.train.<Name>Optimizer`` or another TF1-only name."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return False
+    names = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for a in node.names if a.name == "tensorflow"}
+    return any(_tf1_use(node, names) for node in ast.walk(tree) if isinstance(node, ast.Attribute))
+
+
+def _tf1_use(node: ast.Attribute, names: set[str]) -> bool:
+    """``tf.placeholder``-like (a TF1-only name) or ``tf.train.<Name>Optimizer`` on a ``tensorflow`` alias."""
+    owner = node.value
+    if isinstance(owner, ast.Name):
+        return owner.id in names and node.attr in TF1_ONLY_NAMES
+    return (node.attr.endswith("Optimizer") and isinstance(owner, ast.Attribute) and owner.attr == "train"
+            and isinstance(owner.value, ast.Name) and owner.value.id in names)
+
+
+def install_hook(tf1: bool = False) -> TensorFlowFinder:
+    """Make ``tensorflow`` and its relatives resolve to popjit in this process (idempotent); with ``tf1``,
+    ``import tensorflow`` is TensorFlow 1's namespace (``tensorflow.compat.v1``)."""
     for finder in sys.meta_path:
         if isinstance(finder, TensorFlowFinder):
             return finder
     importlib.import_module("popjit.tensorflow.compat")  # so `tf.compat.v1` is an attribute too
-    finder = TensorFlowFinder()
+    finder = TensorFlowFinder(TF1_ALIASES if tf1 else ALIASES)
     sys.meta_path.insert(0, finder)
     return finder
 
@@ -204,11 +246,12 @@ def install_excepthook() -> None:
 @dataclass(frozen=True)
 class Request:
     """What to run: ``kind`` is "path", "module" or "code"; ``target`` the path, name or source;
-    ``verbose``: log popjit's compile phases (``-v``)."""
+    ``tf1``: run it as a TensorFlow 1.15 program (``--tf1``); ``verbose``: log popjit's compile phases (``-v``)."""
 
     kind: str
     target: str
     args: tuple[str, ...] = ()
+    tf1: bool = False
     verbose: bool = False
 
 
@@ -282,6 +325,7 @@ class UsageError(Exception):
 
 
 VERBOSE = ("-v", "--verbose")
+TF1 = "--tf1"
 
 
 def parse_args(argv: Sequence[str]) -> Request | None:
@@ -291,12 +335,13 @@ def parse_args(argv: Sequence[str]) -> Request | None:
     after it belongs to the program.
     """
     argv = list(argv)
-    verbose = False
-    while argv and argv[0] in VERBOSE:
-        verbose = True
+    verbose = tf1 = False
+    while argv and argv[0] in (*VERBOSE, TF1):
+        verbose = verbose or argv[0] in VERBOSE
+        tf1 = tf1 or argv[0] == TF1
         argv.pop(0)
     request = _parse_program(argv)
-    return replace(request, verbose=True) if request is not None and verbose else request
+    return replace(request, verbose=verbose, tf1=tf1) if request is not None else request
 
 
 def _parse_program(argv: Sequence[str]) -> Request | None:
@@ -353,11 +398,7 @@ def seed_the_program() -> None:
 def log_verbosely() -> None:
     """``-v``: the ``popjit`` logger's INFO messages (compile phases with their times, retracing reasons)
     go to stderr, each line stamped with the time."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s.%(msecs)03d popjit %(levelname)s: %(message)s", "%H:%M:%S"))
-    logger = logging.getLogger("popjit")
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    config.configure_logging(logging.INFO)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -376,6 +417,10 @@ def main(argv: Sequence[str]) -> int:
         return USAGE_ERROR if problem.startswith("can't open") else 1
     if request.verbose:
         log_verbosely()
+    if request.tf1 or (request.kind == "path" and os.path.isfile(request.target) and tf1_program(request.target)):
+        logging.getLogger("popjit").info("Running %s as a TensorFlow 1 program: `import tensorflow` is "
+                                         "tensorflow.compat.v1", request.target)
+        install_hook(tf1=True)
     seed_the_program()
     RUNNERS[request.kind](request.target, request.args)
     return 0

@@ -168,8 +168,8 @@ def test_unknown_subcommand_fails(tmp_path: Path) -> None:
     assert "invalid choice: 'frobnicate'" in r.stderr
 
 
-@pytest.mark.parametrize("args", [["report", "some_dir"]])  # `run`: tests/test_run.py
-def test_later_subcommands_say_not_implemented(tmp_path: Path, args: list[str]) -> None:
-    r = run(args, tmp_path, script=True)
-    assert r.returncode != 0
-    assert "not implemented yet" in r.stderr
+def test_report_without_profiles_fails_with_advice(tmp_path: Path) -> None:
+    """``popjit report`` itself: tests/profiles/test_report.py."""
+    r = run(["report", str(tmp_path)], tmp_path, script=True)
+    assert r.returncode == 1
+    assert "no profile.json under" in r.stderr and "POPLAR_ENGINE_OPTIONS" in r.stderr

@@ -26,6 +26,18 @@ def test__reference__is_generated_from_the_current_code():
         "docs/reference.md is stale: run `python docs/make_reference.py`"
 
 
+def test__limitations__generated_section_is_popjit_support_table():
+    sys.path.insert(0, str(ROOT / "docs"))
+    try:
+        import make_limitations
+    finally:
+        sys.path.pop(0)
+    text = (ROOT / "docs" / "limitations.md").read_text()
+    assert text == make_limitations.limitations(text), \
+        "docs/limitations.md's generated section is stale: run `python docs/make_limitations.py`"
+    assert "`ipu.pipelining_ops` (`ipu.ops.pipelining_ops`)" in make_limitations.section()
+
+
 def test__tour__runs_every_stage(tmp_path):
     r = _run([sys.executable, str(ROOT / "docs" / "tour.py")], tmp_path)
     assert r.returncode == 0, r.stderr

@@ -24,3 +24,12 @@ def test__example__trains_to_its_accuracy(tmp_path: Path, name: str) -> None:
     assert len(epochs) >= 8 and float(epochs[-1]) < float(epochs[0]), result.stdout[-2000:]
     (accuracy,) = re.findall(r"^test accuracy: ([\d.]+)$", result.stdout, re.M)
     assert float(accuracy) >= EXAMPLES[name], result.stdout[-2000:]
+
+
+def test__tf1_estimator_example__trains_evaluates_and_predicts(tmp_path: Path) -> None:
+    result = popjit_run([str(ROOT / "examples" / "tf1_digits_estimator.py")], tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"^global step: 900$", result.stdout, re.M), result.stdout[-2000:]
+    (right,) = re.findall(r"^predicted 288 digits, ([\d.]+) of them right$", result.stdout, re.M)
+    (accuracy,) = re.findall(r"^test accuracy: ([\d.]+)$", result.stdout, re.M)
+    assert float(accuracy) >= 0.93 and float(right) == float(accuracy)

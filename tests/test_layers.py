@@ -23,12 +23,13 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Bottom to top. A module may import modules of its own layer and of the layers below.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("popjit", "popjit.errors", "popjit.dtypes", "popjit.config", "popjit.flags", "popjit.source",
-              "popjit.aliases", "popjit.ir")),
+              "popjit.aliases", "popjit.support", "popjit.ir")),
     ("ops", ("popjit.ops",)),
     ("autodiff", ("popjit.autodiff",)),
     ("graph passes", ("popjit.graph",)),
     ("loop lowering and passes", ("popjit.loop",)),
     ("schedule", ("popjit.schedule",)),
+    ("profile", ("popjit.profile",)),
     ("kernels", ("popjit.kernels",)),
     ("codegen", ("popjit.codegen",)),
     ("pipeline", ("popjit.pipeline",)),
@@ -41,7 +42,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("compat", ("popjit.compat",)),
     ("ipu", ("popjit.ipu",)),
     ("tensorflow facade", ("popjit.tensorflow", "popjit.ipu_tensorflow_addons")),
-    ("entry points", ("popjit.runner", "popjit.demo", "popjit.cli", "popjit.__main__")),
+    ("entry points", ("popjit.runner", "popjit.check", "popjit.demo", "popjit.cli", "popjit.__main__")),
 ]
 
 #: Imports that go up a layer on purpose: (importer, imported) -> why.

@@ -14,7 +14,7 @@ import numpy as np
 
 from popjit import context
 from popjit.data.core import INFINITE, UNKNOWN, ChunkIter, RAIter, RandomAccess
-from popjit.data.iterator import HostIterator, NumpyIterator
+from popjit.data.iterator import GraphIterator, HostIterator, NumpyIterator
 from popjit.data.options import Options
 from popjit.data.structure import Structure
 from popjit.errors import InvalidArgumentError, missing_api
@@ -209,6 +209,14 @@ class Dataset:
     def _make_host_iterator(self) -> Any:
         """A new :class:`~popjit.data.iterator.HostIterator` over this dataset."""
         return HostIterator(self)
+
+    def make_one_shot_iterator(self) -> Any:
+        """TF1 graph mode: an iterator whose ``get_next()`` gives one element per session run, from the start."""
+        return GraphIterator(self, initializable=False)
+
+    def make_initializable_iterator(self, shared_name: str | None = None) -> Any:
+        """TF1 graph mode: an iterator that starts when a session runs its ``initializer``."""
+        return GraphIterator(self, initializable=True)
 
     def as_numpy_iterator(self) -> Iterator[Any]:
         """An iterator yielding each element as NumPy values in the element's structure."""

@@ -27,11 +27,14 @@ from typing import Any
 
 import numpy as np
 
+from popjit import dtypes
 from popjit.data.core import Reader
 from popjit.data.structure import Chunk, chunk_len, concat_chunks
-from popjit.errors import InvalidArgumentError
-from popjit.frontend.tensor import Tensor
+from popjit.errors import FailedPreconditionError, InvalidArgumentError, OutOfRangeError, UnimplementedError
+from popjit.frontend import graph_mode, nest
+from popjit.frontend.tensor import Tensor, TensorShape
 from popjit.frontend.tracing import current_trace
+from popjit.ir.graph import Aval
 
 _READAHEAD_BYTES = 4 << 20
 _READAHEAD_MAX = 256
@@ -158,3 +161,66 @@ class NumpyIterator:
     def __next__(self) -> Any:
         leaves = self._host._next_leaves()
         return self._host._structure.pack([a[()] if a.ndim == 0 else a for a in leaves])
+
+
+class GraphIterator:
+    """TF1's dataset iterator in graph mode (``make_one_shot_iterator``, ``make_initializable_iterator``).
+
+    Each ``get_next()`` is a node of the graph whose value a session run takes from the host: one
+    element per run that needs it. A one-shot iterator starts at once; an initializable one when a
+    run executes its ``initializer`` (again: from the start). An exhausted iterator raises
+    ``OutOfRangeError`` before the program runs, so variables keep their values.
+    """
+
+    def __init__(self, dataset: Any, initializable: bool) -> None:
+        graph_mode.tf1_entry("Dataset.make_initializable_iterator" if initializable else
+                             "Dataset.make_one_shot_iterator")
+        self._trace = graph_mode.current_graph_trace()
+        if self._trace is None:
+            raise RuntimeError("dataset.make_one_shot_iterator()/make_initializable_iterator() is TF1 graph API; in "
+                               "eager mode iterate the dataset with `for element in dataset` or iter(dataset).")
+        specs, self._tree = nest.flatten_with_tree(dataset.element_spec)
+        for spec in specs:
+            if any(d is None for d in spec.shape):
+                raise UnimplementedError(
+                    f"A dataset element of shape {list(spec.shape)} is not fully defined: popjit compiles for static "
+                    "shapes, as XLA does on the IPU. Batch with drop_remainder=True.")
+        self._avals = [Aval(tuple(spec.shape), dtypes.as_dtype(spec.dtype)) for spec in specs]
+        self._dataset = dataset
+        self._host: HostIterator | None = None if initializable else HostIterator(dataset)
+
+    @property
+    def initializer(self) -> Any:
+        """The operation that (re)starts the iterator at the dataset's first element."""
+        return graph_mode.Operation(self._trace, "MakeIterator", before=[self._restart])
+
+    def _restart(self) -> None:
+        self._host = HostIterator(self._dataset)
+
+    def _pull(self) -> list[np.ndarray]:
+        if self._host is None:
+            raise FailedPreconditionError("GetNext() failed because the iterator has not been initialized. Ensure "
+                                          "that you have run the initializer operation for this iterator before "
+                                          "getting the next element.")
+        try:
+            return self._host._next_leaves()
+        except StopIteration:
+            raise OutOfRangeError("End of sequence: the dataset has no more elements (run the iterator's "
+                                  "initializer to start again, or repeat() the dataset)") from None
+
+    def get_next(self, name: str | None = None) -> Any:
+        """The next element, as graph tensors in the element's structure."""
+        tensors = self._trace.add_host_input(self._avals, self._pull, name or "IteratorGetNext")
+        return nest.unflatten(self._tree, tensors)
+
+    @property
+    def element_spec(self) -> Any:
+        return self._dataset.element_spec
+
+    @property
+    def output_types(self) -> Any:
+        return nest.unflatten(self._tree, [a.dtype for a in self._avals])
+
+    @property
+    def output_shapes(self) -> Any:
+        return nest.unflatten(self._tree, [TensorShape(a.shape) for a in self._avals])

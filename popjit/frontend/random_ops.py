@@ -169,7 +169,9 @@ def _keyed_inputs(key: tuple[int, int], continue_stream: bool = True, seeded: bo
         counter = Variable(np.int32(0), trainable=False, name="random_counter")
     _COUNTERS.append(counter)
     value = counter.read_value()
-    counter.assign_add(np.int32(1))
+    stored = counter.assign_add(np.int32(1))
+    if isinstance(stored, Tensor):  # TF1 graph: the count the op reads is the assignment's, so running it counts
+        value = stored - np.int32(1)
     words = GENERATOR_WORDS.read_value()
     return apply_op("bitwise_xor", [key_t, words[0:2] if seeded else words[2:4]]), value
 

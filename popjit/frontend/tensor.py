@@ -173,7 +173,8 @@ class Tensor:
     @property
     def name(self) -> str:
         if self._sym is not None:
-            return f"Tensor#{self._sym.uid}:0"
+            named = getattr(self._trace, "names", {}).get(self._sym.uid)  # a TF1 graph's placeholder names
+            return f"{named or f'Tensor#{self._sym.uid}'}:0"
         raise AttributeError("Tensor.name is undefined when eager execution is enabled.")
 
     def numpy(self) -> np.ndarray:
@@ -287,7 +288,15 @@ class Tensor:
             raise ValueError(f"Tensor's shape {self.shape} is not compatible with supplied shape {TensorShape(shape)}.")
 
     def eval(self, feed_dict: Any = None, session: Any = None) -> np.ndarray:
+        """The value: an eager tensor's own; a TF1 graph tensor's, run in ``session`` (the default one if None)."""
+        if self._sym is not None and getattr(self._trace, "is_graph", False):
+            return self._trace.session_for(session).run(self, feed_dict=feed_dict)  # type: ignore[union-attr]
         return self.numpy()
+
+    @property
+    def graph(self) -> Any:
+        """The TF1 graph of a graph-mode tensor (None otherwise)."""
+        return getattr(self._trace, "facade", None)
 
 
 def _binary(name: str, reflected: bool = False) -> Any:

@@ -181,11 +181,19 @@ class Trace:
 
 
 _state = threading.local()
+_default_trace: list[Trace] = []  # TF1 graph mode: the graph ops go into when nothing else is traced
 
 
 def current_trace() -> Trace | None:
     stack = getattr(_state, "traces", None)
-    return stack[-1] if stack else None
+    if stack:
+        return stack[-1]
+    return _default_trace[0] if _default_trace else None
+
+
+def set_default_trace(trace: Trace | None) -> None:
+    """Record ops outside any other trace into ``trace`` (TF1's default graph), or run them eagerly (None)."""
+    _default_trace[:] = [trace] if trace is not None else []
 
 
 class tracing:  # noqa: N801

@@ -9,6 +9,7 @@ variable carries it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import weakref
 from typing import Any
@@ -25,10 +26,23 @@ _ids = itertools.count(1)
 VARIABLES: weakref.WeakValueDictionary[int, Variable] = weakref.WeakValueDictionary()
 
 
+def _recording_graph() -> Any:
+    """The TF1 graph being built right now (graph mode), or None."""
+    trace = current_trace()
+    return trace if getattr(trace, "is_graph", False) else None
+
+
 class Variable:
-    """A mutable tensor that keeps its value between function calls."""
+    """A mutable tensor that keeps its value between function calls.
+
+    In TF1 graph mode (:mod:`popjit.frontend.graph_mode`) a variable belongs to its graph and has no
+    value until its initializer runs; ``assign`` returns the assigned value, assigning when a session
+    run evaluates it.
+    """
 
     __array_priority__ = 100
+    _graph: Any = None  # the TF1 graph that made it (graph mode)
+    _initialized = True  # False until a TF1 initializer runs
 
     def __init__(self, initial_value: Any = None, trainable: bool = True, validate_shape: bool = True,
                  caching_device: Any = None, name: str | None = None, variable_def: Any = None,
@@ -39,14 +53,17 @@ class Variable:
 
         if initial_value is None:
             raise ValueError("initial_value must be specified.")
+        graph = _recording_graph()
         if callable(initial_value):
-            initial_value = initial_value()
+            with tracing(None) if graph is not None else contextlib.nullcontext():
+                initial_value = initial_value()
         with tracing(None):  # initialisers run eagerly on the host, as on the IPU
             init = convert_to_tensor(initial_value, dtype=dtype)
-        if init.is_symbolic:
+        if init.is_symbolic and (graph is None or init._trace is not graph):
             raise ValueError("A tf.Variable cannot be initialised from a symbolic tensor inside a tf.function; "
                              "create variables outside the traced function.")
-        value = np.array(init.numpy(), copy=True, order="C")  # engines read and write C-ordered buffers in place
+        initial = graph.evaluate(init) if init.is_symbolic else init.numpy()  # type: ignore[union-attr]
+        value = np.array(initial, copy=True, order="C")  # engines read and write C-ordered buffers in place
         self._id = next(_ids)
         self._name = (name or "Variable").split(":")[0]
         self._trainable = bool(trainable)
@@ -57,6 +74,8 @@ class Variable:
         VARIABLES[self._id] = self
         if current_trace() is not None:
             current_trace().extra.setdefault("created_variables", []).append(self)
+        if graph is not None:
+            graph.variable_created(self, value)
 
     # -- properties ------------------------------------------------------------------------
     @property
@@ -109,6 +128,27 @@ class Variable:
     def value(self) -> Tensor:
         return self.read_value()
 
+    @property
+    def initializer(self) -> Any:
+        """TF1: the operation that gives the variable its initial value (None outside graph mode)."""
+        return self._graph.initializer([self], name=f"{self._name}/Assign") if self._graph is not None else None
+
+    @property
+    def initial_value(self) -> Any:
+        """The value the variable's initializer gives it (TF1 graph mode)."""
+        return self._initial_value if self._graph is not None else None
+
+    @property
+    def graph(self) -> Any:
+        """The TF1 graph the variable belongs to (graph mode), else None."""
+        return self._graph.facade if self._graph is not None else None
+
+    def eval(self, session: Any = None) -> np.ndarray:
+        """TF1: the variable's value, read in ``session`` (the default session if None)."""
+        if self._graph is None:
+            return self.numpy()
+        return self._graph.session_for(session).run(self)
+
     def numpy(self) -> np.ndarray:
         if current_trace() is not None:
             raise NotImplementedError("numpy() is only available when eager execution is enabled.")
@@ -140,7 +180,10 @@ class Variable:
         t = self._converted(value)
         trace = current_trace()
         if trace is not None:
-            trace.write_var(self._ref, trace.value_of(gradient_tape.stored_value(t)))
+            stored = trace.value_of(gradient_tape.stored_value(t))
+            trace.write_var(self._ref, stored)
+            if getattr(trace, "is_graph", False):
+                return trace.assign_result(stored)  # type: ignore[attr-defined]
         else:
             self._buffer[...] = t.numpy()
         return self if read_value else None

@@ -10,13 +10,20 @@ position carries over from one execution to the next. A dataset with too few ele
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
 
 from popjit import dtypes
-from popjit.errors import FailedPreconditionError, OutOfRangeError, missing_attributes
-from popjit.frontend import nest
+from popjit.errors import (
+    FailedPreconditionError,
+    OutOfRangeError,
+    UnimplementedError,
+    missing_attributes,
+    multi_ipu_message,
+)
+from popjit.frontend import graph_mode, nest
 from popjit.frontend.tensor import Tensor, TensorShape
 from popjit.frontend.tracing import current_trace
 from popjit.ir.graph import Aval
@@ -46,6 +53,25 @@ def _check_prefetch(depth: int | None) -> int:
     return depth
 
 
+_log = logging.getLogger("popjit")
+
+
+def legacy_feed_options(queue: str, kwargs: dict[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
+    """The SDK 1.x keyword arguments of an infeed or outfeed (``known`` of them), checked: ``feed_name``
+    named the feed and is no longer used (a warning, as in SDK 2.x); ``replication_factor`` other than 1
+    needs replication, which popjit does not run; ``data_to_prefetch`` is ``prefetch_depth``'s old name;
+    ``outfeed_all`` chooses the outfeed mode; ``io_batch_size`` (how many enqueued values SDK 1.x sent to
+    the host at once) changes no value; any other name is a TypeError."""
+    for name in kwargs:
+        if name not in known:
+            raise TypeError(f"{queue}.__init__() got an unexpected keyword argument '{name}'")
+    if "feed_name" in kwargs:
+        _log.warning("%s: the feed_name argument is deprecated and is no longer used.", queue)
+    if kwargs.get("replication_factor", 1) != 1:
+        raise UnimplementedError(multi_ipu_message(f"{queue}(replication_factor={kwargs['replication_factor']})"))
+    return kwargs
+
+
 class IPUInfeedQueue:
     """A dataset feeding a program on the IPU, one element per dequeue."""
 
@@ -53,20 +79,33 @@ class IPUInfeedQueue:
                  optimise_latency: bool = False, **kwargs: Any) -> None:
         if device_ordinal is not None and (not isinstance(device_ordinal, int) or device_ordinal < 0):
             raise ValueError("Device ordinal must be an integer >= 0")
+        legacy = legacy_feed_options("IPUInfeedQueue", kwargs, ("feed_name", "replication_factor", "data_to_prefetch"))
         self._dataset = dataset
         self._specs, self._tree = nest.flatten_with_tree(dataset.element_spec)
         _check_specs(self._specs)
-        self._prefetch_depth = _check_prefetch(prefetch_depth)
+        self._prefetch_depth = _check_prefetch(legacy.get("data_to_prefetch", prefetch_depth))
         self._avals = [Aval(tuple(_spec_shape(s)), dtypes.as_dtype(s.dtype)) for s in self._specs]
         self._id = streams.register(self)
         self._iterator: Any = None
         self._deleted = False
         self._dequeued = False
+        self._initializer_taken = False
 
     # -- the host side ---------------------------------------------------------------------------
     @property
-    def initializer(self) -> None:
-        """Start (or restart) reading the dataset from its beginning."""
+    def initializer(self) -> Any:
+        """Start (or restart) reading the dataset from its beginning. In TF1 graph mode: the operation that
+        does so when a session runs it (it can be asked for once)."""
+        trace = graph_mode.current_graph_trace()
+        if trace is None:
+            self._initialize()
+            return None
+        if self._initializer_taken:
+            raise ValueError("The IPUInfeedQueue `initializer` function can only be accessed once.")
+        self._initializer_taken = True
+        return graph_mode.Operation(trace, "infeed_initializer", before=[self._initialize])
+
+    def _initialize(self) -> None:
         self._check_dtypes()
         self._iterator = self._dataset._make_host_iterator()
         self._deleted = False
@@ -94,7 +133,7 @@ class IPUInfeedQueue:
     def take(self, n: int) -> list[np.ndarray]:
         """The next ``n`` elements, one stacked array per component (called by the runtime)."""
         if self._iterator is None:
-            self.initializer  # noqa: B018  (TF2: the iterator starts on first use)
+            self._initialize()  # TF2: the iterator starts on first use
         try:
             batch = self._iterator.get_next_n(n)
         except StopIteration:
@@ -127,6 +166,7 @@ class IPUInfeedQueue:
         self._check_dtypes()
         node = trace.add_node("infeed_dequeue", [], {"feed": self._id, "avals": tuple(self._avals)}, self._avals,
                               loc=user_location())
+        trace.extra.setdefault("streams", []).append(self)  # a TF1 graph keeps its infeeds, as TensorFlow's does
         self._dequeued = True
         return nest.unflatten(self._tree, [Tensor.symbolic(v, trace) for v in node.outputs])
 

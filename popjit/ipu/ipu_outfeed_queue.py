@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 
 from popjit.errors import FailedPreconditionError, missing_attributes
-from popjit.frontend import nest
+from popjit.frontend import graph_mode, nest
 from popjit.frontend.convert import convert_to_tensor
 from popjit.frontend.tracing import current_trace
+from popjit.ipu.ipu_infeed_queue import legacy_feed_options
 from popjit.ir.graph import Aval
 from popjit.runtime import streams
 from popjit.source import where
@@ -35,6 +36,10 @@ class IPUOutfeedQueue:
 
     def __init__(self, outfeed_mode: IPUOutfeedMode | None = None, device_ordinal: int = 0, buffer_depth: int = 1,
                  **kwargs: Any) -> None:
+        legacy = legacy_feed_options("IPUOutfeedQueue", kwargs, ("feed_name", "replication_factor", "outfeed_all",
+                                                                 "io_batch_size"))
+        if outfeed_mode is None and "outfeed_all" in legacy:  # SDK 1.x: outfeed_all=False kept the last value
+            outfeed_mode = IPUOutfeedMode.ALL if legacy["outfeed_all"] else IPUOutfeedMode.LAST
         mode = IPUOutfeedMode.ALL if outfeed_mode is None else outfeed_mode
         if not isinstance(mode, IPUOutfeedMode):
             raise ValueError("Expected `outfeed_mode` value to be of `ipu_outfeed_queue.IPUOutfeedMode` type, but is "
@@ -60,7 +65,7 @@ class IPUOutfeedQueue:
         """Whether a program has enqueued to this outfeed."""
         return self._enqueued
 
-    def enqueue(self, tensors: Any) -> None:
+    def enqueue(self, tensors: Any) -> Any:
         """Add ``tensors`` (a tensor, or a list, tuple or dict of them) to the outfeed, once per program."""
         trace = current_trace()
         if trace is None:
@@ -75,8 +80,12 @@ class IPUOutfeedQueue:
         values = [trace.value_of(convert_to_tensor(x)) for x in leaves]
         self._tree, self._avals = tree, [v.aval for v in values]
         mode = "all" if self._mode is IPUOutfeedMode.ALL else "last"
-        trace.add_node("outfeed_enqueue", values, {"feed": self._id, "mode": mode}, [])
+        node = trace.add_node("outfeed_enqueue", values, {"feed": self._id, "mode": mode}, [])
+        trace.extra.setdefault("streams", []).append(self)  # a TF1 graph keeps its outfeeds, as TensorFlow's does
         self._enqueued = True
+        if isinstance(trace, graph_mode.GraphTrace):  # TF1: the enqueue is an operation a session runs
+            return graph_mode.Operation(trace, "outfeed_enqueue", nodes=[node] if trace.at_top else [])
+        return None
 
     # -- the host side ---------------------------------------------------------------------------
     def put(self, arrays: list[np.ndarray]) -> None:
@@ -91,6 +100,12 @@ class IPUOutfeedQueue:
         new leading axis in ALL mode, only the final value in LAST mode."""
         if not self._enqueued:
             raise ValueError("Trying to dequeue an outfeed which has not been enqueued.")
+        trace = graph_mode.current_graph_trace()
+        if trace is not None:  # TF1: an operation whose fetched value is what the runs so far enqueued
+            return graph_mode.Operation(trace, "outfeed_dequeue", fetch=self._dequeue_now)
+        return self._dequeue_now()
+
+    def _dequeue_now(self) -> Any:
         if self._mode is IPUOutfeedMode.LAST:
             return nest.unflatten(self._tree, self._take_last())
         stacked = [np.concatenate([d[k] for d in self._data]) if self._data else np.zeros((0, *a.shape), a.dtype.np)

@@ -13,9 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from popjit.errors import missing_attributes
+from popjit.frontend import graph_mode
 from popjit.frontend.control_flow import for_range
 from popjit.frontend.control_flow import while_loop as _while_loop
 from popjit.frontend.convert import convert_to_tensor
+from popjit.frontend.graph_mode import Operation
 from popjit.frontend.tensor import Tensor
 
 
@@ -48,6 +50,8 @@ def _outputs(out: Any, inputs: list[Any]) -> list[Tensor]:
     if out is None:
         return []
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    while outs and isinstance(outs[-1], Operation):  # TF1 bodies return their ops (train_op) after the tensors
+        outs.pop()
     tensors = [convert_to_tensor(o) for o in outs if o is not None]
     if len(tensors) != len(inputs):
         raise ValueError("IPU loop body must return zero or more Tensor values followed by zero or more "
@@ -61,7 +65,7 @@ def _outputs(out: Any, inputs: list[Any]) -> list[Tensor]:
 
 def _result(values: list[Any]) -> Any:
     if not values:
-        return None
+        return graph_mode.last_node_operation("loop")
     return values[0] if len(values) == 1 else list(values)
 
 

@@ -12,15 +12,17 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
-from popjit.errors import UnimplementedError, missing_attributes
+from popjit.compat.v1.variable_scope import get_variable_scope, variable_scope
+from popjit.errors import missing_attributes, unimplemented_stub
 from popjit.frontend.device import device as tf_device
 from popjit.runtime.device import canonical
 
 
 @contextlib.contextmanager
 def ipu_scope(device: str) -> Iterator[None]:
-    """Build and run everything inside on ``device`` (e.g. ``'/device:IPU:0'``)."""
-    with tf_device(canonical(device)):
+    """Build and run everything inside on ``device`` (e.g. ``'/device:IPU:0'``); TF1 variables made inside
+    are resource variables (a ``use_resource=True`` variable scope), as Graphcore's scope makes them."""
+    with tf_device(canonical(device)), variable_scope(get_variable_scope(), use_resource=True):
         yield
 
 
@@ -30,36 +32,30 @@ def ipu_jit_scope(ipu_scope: Any) -> Iterator[None]:
     yield
 
 
-def _unimplemented(name: str, what: str) -> NoReturn:
-    raise UnimplementedError(
-        f"ipu.scopes.{name} is not implemented in popjit yet ({what}). Remove it, or run the program without it."
-    )
-
-
+@unimplemented_stub("ipu.scopes.ipu_shard")
 def ipu_shard(index: Any) -> NoReturn:
     """Manual sharding over the IPUs of a multi-IPU device (not implemented yet)."""
-    _unimplemented("ipu_shard", "manual sharding of a program over several IPUs")
 
 
+@unimplemented_stub("ipu.scopes.outside_compilation_scope")
 def outside_compilation_scope(name: str = "outside") -> NoReturn:
     """Host-side operations in the middle of an IPU program (not implemented yet)."""
-    _unimplemented("outside_compilation_scope", "running part of a compiled program on the host")
 
 
+@unimplemented_stub("ipu.scopes.frontend_attribute")
 def frontend_attribute(attribute_name: str, attribute_value: Any, restore_to: Any = None) -> NoReturn:
     """Attach a backend attribute to the operations inside (not implemented yet)."""
-    _unimplemented("frontend_attribute", "per-operation backend attributes")
 
 
+@unimplemented_stub("ipu.scopes.stochastic_rounding")
 def stochastic_rounding(override: bool) -> NoReturn:
     """Turn stochastic rounding on or off for the operations inside (not implemented yet; the whole
     program's is ``IPUConfig.floating_point_behaviour.esr``)."""
-    _unimplemented("stochastic_rounding", "per-operation stochastic rounding; IPUConfig.floating_point_behaviour.esr "
-                   "turns it on or off for whole programs")
 
 
+@unimplemented_stub("ipu.scopes.partials_type")
 def partials_type(override_type: Any) -> NoReturn:
     """The type of the partial sums of matmuls and convolutions inside (not implemented yet)."""
-    _unimplemented("partials_type", "per-operation partials type")
+
 
 __getattr__ = missing_attributes("ipu.scopes")

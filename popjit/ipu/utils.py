@@ -9,17 +9,17 @@ return it::
     ipu.utils.configure_ipu_system(opts)
 
 Here the options object *is* an :class:`~popjit.ipu.config.IPUConfig`, so both spellings mix freely.
-The profiling arguments of ``create_ipu_config`` are accepted and checked but do nothing: profiles
-come from ``POPLAR_ENGINE_OPTIONS`` as in SDK 2.1+.
+``create_ipu_config(profiling=True)`` or ``enable_ipu_events=True`` (SDK 1.x reports read through
+``ipu_event_trace()``) raise ``UnimplementedError``: profiles come from ``POPLAR_ENGINE_OPTIONS``, as in
+SDK 2.1+ (``docs/profiles.md``).
 """
 
 from __future__ import annotations
 
 import enum
-import logging
 from typing import Any
 
-from popjit.errors import missing_attributes
+from popjit.errors import UnimplementedError, missing_attributes
 from popjit.flags import poplar_flags
 from popjit.frontend import random_ops
 from popjit.ipu.config import (  # noqa: F401  (re-exported, as Graphcore's ipu.utils does)
@@ -37,9 +37,6 @@ from popjit.ipu.config import (  # noqa: F401  (re-exported, as Graphcore's ipu.
 )
 from popjit.runtime import device as devices
 from popjit.runtime.device import canonical, ipu_ordinal
-
-log = logging.getLogger("popjit")
-
 
 # -- environment -----------------------------------------------------------------------------------
 
@@ -129,8 +126,12 @@ def create_ipu_config(profiling: bool = False, enable_ipu_events: bool = False, 
     if profile_execution and not profiling:
         raise IPUConfigError("`profiling` is required when `profile_execution` is set")
     if profiling or enable_ipu_events:
-        log.info("create_ipu_config(profiling=...) is ignored: set POPLAR_ENGINE_OPTIONS='{\"autoReport.all\":"
-                 "\"true\"}' to get profiles.")
+        given = "profiling=True" if profiling else "enable_ipu_events=True"
+        raise UnimplementedError(
+            f"create_ipu_config({given}) is not implemented by popjit: its compile and execution reports were read "
+            "through gen_ipu_ops.ipu_event_trace(), which popjit does not have. Set POPLAR_ENGINE_OPTIONS="
+            "'{\"autoReport.all\":\"true\"}' instead (SDK 2.1+), and read the reports with `popjit report DIR` "
+            "(docs/profiles.md).")
     cfg = IPUConfig()
     cfg.experimental.always_rearrange_copies_on_the_host = always_rearrange_copies_on_the_host
     cfg.experimental.enable_remote_buffer_embedding = enable_experimental_remote_buffer_embedding
@@ -319,5 +320,10 @@ def set_experimental_multi_replica_distribution_options(opts: IPUConfig, process
     _check_opts(opts).experimental.multi_replica_distribution.process_count = process_count
     opts.experimental.multi_replica_distribution.process_index = process_index
     return opts
+
+def move_variable_initialization_to_cpu(graph: Any = None) -> None:
+    """Run the variables' initializers on the host instead of compiling them for the IPU. popjit always
+    computes initial values on the host (an initializer copies them in), so there is nothing left to move."""
+
 
 __getattr__ = missing_attributes("ipu.utils")

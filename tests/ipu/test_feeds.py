@@ -189,3 +189,18 @@ def test__graph_interpreter__runs_the_same_streams():
     graph = tf.function(loop).get_concrete_function().graph
     interpret(graph, [], effects=InterpreterStreams())
     np.testing.assert_array_equal(outfeed.dequeue(), rows(0, 3) * 2.0)
+
+
+def test_sdk1_keyword_arguments_of_feeds(caplog: pytest.LogCaptureFixture) -> None:
+    ds = tf.data.Dataset.from_tensor_slices(np.zeros((4, 2), np.float32))
+    with caplog.at_level("WARNING", logger="popjit"):
+        infeed = ipu.ipu_infeed_queue.IPUInfeedQueue(ds, feed_name="data", data_to_prefetch=3)
+    assert infeed._prefetch_depth == 3 and "feed_name argument is deprecated" in caplog.text
+    with pytest.raises(ValueError, match="prefetch_depth must be less than 256"):
+        ipu.ipu_infeed_queue.IPUInfeedQueue(ds, data_to_prefetch=300)
+    with pytest.raises(errors.UnimplementedError, match=r"replication_factor=2"):
+        ipu.ipu_infeed_queue.IPUInfeedQueue(ds, replication_factor=2)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'no_such'"):
+        ipu.ipu_outfeed_queue.IPUOutfeedQueue(no_such=1)
+    last = ipu.ipu_outfeed_queue.IPUOutfeedQueue(feed_name="out", outfeed_all=False, io_batch_size=2)
+    assert last._mode is ipu.ipu_outfeed_queue.IPUOutfeedMode.LAST

@@ -23,6 +23,7 @@ from popjit.frontend.gradient_tape import (  # noqa: F401
     stop_gradient,
 )
 from popjit.frontend.math_ops import *  # noqa: F403
+from popjit.frontend.name_scope import name_scope  # noqa: F401
 from popjit.frontend.tensor import Tensor, TensorShape, is_tensor  # noqa: F401
 from popjit.frontend.tracing import current_trace as _current_trace
 from popjit.frontend.variables import Variable  # noqa: F401

@@ -1,0 +1,121 @@
+"""``ipu.ipu_estimator.IPUEstimator``: train, evaluate and predict a TF1 ``model_fn`` in on-device loops;
+the same training as stock TensorFlow's session loop; checkpoints, global step and Graphcore's errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from popjit.errors import UnimplementedError
+from popjit.ipu import ipu_estimator, ipu_run_config
+from popjit.ipu.config import IPUConfig
+from popjit.tensorflow.compat import v1 as tf1
+
+RNG = np.random.default_rng(11)
+X = RNG.normal(size=(64, 3)).astype(np.float32)
+Y = (X @ np.array([1.0, -2.0, 0.5], np.float32) > 0).astype(np.int32)
+W0 = RNG.normal(size=(3, 2)).astype(np.float32) * 0.1
+
+
+def _input(repeat: bool, batch: int = 8, extra: bool = False) -> Any:
+    def input_fn(params: dict[str, Any]) -> Any:
+        parts = (X, Y, Y) if extra else (X, Y)
+        ds = tf1.data.Dataset.from_tensor_slices(parts).batch(batch, drop_remainder=True)
+        return ds.repeat() if repeat else ds
+    return input_fn
+
+
+def _model_fn(features: Any, labels: Any, mode: str, params: dict[str, Any]) -> Any:
+    w = tf1.get_variable("w", initializer=tf1.constant(W0))
+    logits = tf1.matmul(features, w)
+    classes = tf1.argmax(logits, 1, output_type=tf1.int32)
+    if mode == tf1.estimator.ModeKeys.PREDICT:
+        return ipu_estimator.IPUEstimatorSpec(mode, predictions={"class": classes, "logits": logits})
+    loss = tf1.losses.sparse_softmax_cross_entropy(labels, logits)
+    if mode == tf1.estimator.ModeKeys.EVAL:
+        if params.get("host_metrics"):
+            metric_fn = lambda y, c: {"accuracy": tf1.metrics.accuracy(y, c)}  # noqa: E731
+            return ipu_estimator.IPUEstimatorSpec(mode, loss=loss, eval_metrics=(metric_fn, [labels, classes]))
+        return ipu_estimator.IPUEstimatorSpec(mode, loss=loss,
+                                              eval_metric_ops={"accuracy": tf1.metrics.accuracy(labels, classes)})
+    step = tf1.train.get_global_step() if params.get("bad_step") else None
+    return ipu_estimator.IPUEstimatorSpec(mode, loss=loss,
+                                          train_op=tf1.train.GradientDescentOptimizer(0.5).minimize(loss, step))
+
+
+def _estimator(tmp_path: Path, iterations: int = 4, **params: Any) -> Any:
+    cfg = IPUConfig()
+    cfg.auto_select_ipus = 1
+    config = ipu_run_config.RunConfig(
+        ipu_run_config=ipu_run_config.IPURunConfig(iterations_per_loop=iterations, ipu_options=cfg),
+        model_dir=str(tmp_path / "model"), save_checkpoints_steps=8)
+    return ipu_estimator.IPUEstimator(_model_fn, config=config, params=params)
+
+
+def _stock_training(real_tf1: Any, batches: list[int]) -> np.ndarray:
+    with real_tf1.Graph().as_default():
+        x = real_tf1.placeholder(real_tf1.float32, [8, 3])
+        y = real_tf1.placeholder(real_tf1.int32, [8])
+        w = real_tf1.get_variable("w", initializer=real_tf1.constant(W0))
+        loss = real_tf1.losses.sparse_softmax_cross_entropy(y, real_tf1.matmul(x, w))
+        train = real_tf1.train.GradientDescentOptimizer(0.5).minimize(loss)
+        with real_tf1.Session() as sess:
+            sess.run(real_tf1.global_variables_initializer())
+            for k in batches:
+                sess.run(train, {x: X[8 * k:8 * k + 8], y: Y[8 * k:8 * k + 8]})
+            return sess.run(w)
+
+
+def test__train_evaluate_predict(tmp_path: Path, real_tf1: Any) -> None:
+    est = _estimator(tmp_path)
+    est.train(_input(repeat=True), steps=12)
+    est.train(_input(repeat=True), steps=8)  # steps count on from the checkpoint: 20 in all; the input starts again
+    batches = [*range(8), *range(4), *range(8)]
+    np.testing.assert_allclose(est.get_variable_value("w"), _stock_training(real_tf1, batches), rtol=1e-5, atol=1e-6)
+    assert est.get_variable_value("global_step") == 20
+    assert {p.name for p in (tmp_path / "model").glob("*.index")} == {"model.ckpt-0.index", "model.ckpt-8.index",
+                                                                     "model.ckpt-12.index", "model.ckpt-20.index"}
+    est.train(_input(repeat=True), max_steps=20)  # already there: nothing to do
+    assert est.get_variable_value("global_step") == 20
+    assert [k for k in real_tf1.train.load_checkpoint(str(tmp_path / "model")).get_variable_to_shape_map()
+            if k == "w"] == ["w"]
+
+    w = est.get_variable_value("w")
+    want_accuracy = np.mean(np.argmax(X @ w, 1) == Y)
+    results = est.evaluate(_input(repeat=False))
+    assert results["global_step"] == 20
+    np.testing.assert_allclose(results["accuracy"], want_accuracy, rtol=1e-6)
+    logits = X @ w
+    want_loss = np.mean(np.log(np.exp(logits).sum(1)) - logits[np.arange(64), Y])
+    np.testing.assert_allclose(results["loss"], want_loss, rtol=1e-4)
+    host = _estimator(tmp_path, host_metrics=True).evaluate(_input(repeat=False), steps=4)
+    np.testing.assert_allclose(host["accuracy"], np.mean(np.argmax(X[:32] @ w, 1) == Y[:32]), rtol=1e-6)
+
+    predictions = list(est.predict(_input(repeat=False)))
+    assert len(predictions) == 64
+    np.testing.assert_array_equal([p["class"] for p in predictions], np.argmax(X @ w, 1))
+    np.testing.assert_allclose(predictions[5]["logits"], logits[5], rtol=1e-5)
+
+
+def test__errors_of_graphcores_estimator(tmp_path: Path) -> None:
+    est = _estimator(tmp_path)
+    with pytest.raises(ValueError, match=r"steps \(6\) must be a multiple of iterations_per_loop \(4\)"):
+        est.train(_input(repeat=True), steps=6)
+    with pytest.raises(ValueError, match="Invalid dataset tuple, expected 1 or 2 elements, got 3"):
+        est.train(_input(repeat=True, extra=True), steps=4)
+    with pytest.raises(ValueError, match=r"Illegal increment of the `global_step` variable in the `model_fn`"):
+        _estimator(tmp_path, bad_step=True).train(_input(repeat=True), steps=4)
+    with pytest.raises(ValueError, match=r"`config` must be provided with type `ipu_run_config\.RunConfig`"):
+        ipu_estimator.IPUEstimator(_model_fn, config=tf1.estimator.RunConfig())
+    with pytest.raises(ValueError, match=r"IPU configuration requires more than one device, but `ipu_options` is None"):
+        ipu_run_config.IPURunConfig(num_replicas=2)
+    with pytest.raises(ValueError, match=r"`config\.ipu_options` must be an IPUConfig or IpuOptions instance"):
+        ipu_run_config.IPURunConfig(ipu_options={"a": 1})
+    with pytest.raises(NotImplementedError, match="compile_summary"):
+        ipu_run_config.IPURunConfig(compile_summary=True)
+    with pytest.raises(UnimplementedError, match=r"several IPUs|one IPU"):
+        ipu_run_config.IPURunConfig(num_shards=2, ipu_options=IPUConfig())
+    assert not (tmp_path / "model").exists() or not list((tmp_path / "model").glob("*.index"))
