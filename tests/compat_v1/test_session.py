@@ -198,3 +198,12 @@ def test__random_ops__draw_anew_each_run(graph: Any) -> None:
         masks = [sess.run(mask) for _ in range(2)]
     assert not np.array_equal(first, second)
     assert not np.array_equal(masks[0], masks[1]) and set(np.unique(masks[0])) <= {0.0, 2.0}
+
+
+def test__feeding_an_intermediate_tensor__replaces_what_computes_it(graph: Any) -> None:
+    a = tf1.placeholder(np.float32, [2])
+    hidden = tf1.exp(a)
+    out = hidden * 2.0
+    with tf1.Session() as sess:
+        np.testing.assert_allclose(sess.run(out, {hidden: [1, 3]}), [2, 6])  # `a` need not be fed
+        np.testing.assert_allclose(sess.run(out, {a: [0, 0]}), [2, 2])
