@@ -93,6 +93,7 @@ class GraphTrace(Trace):
         self.plans: dict[tuple, RunPlan] = {}
         self.host_pulls: list[Callable[[], Sequence[np.ndarray]]] = []
         self.facade: Any = None
+        self.finalized = False
 
     # -- recording ---------------------------------------------------------------------------------
     @property
@@ -101,6 +102,7 @@ class GraphTrace(Trace):
 
     def add_node(self, op: str, inputs: Sequence[Value], attrs: dict[str, Any], out_avals: Sequence[Aval],
                  regions: Sequence[Region] = (), loc: Any = None) -> Node:
+        self.check_not_finalized()
         node = super().add_node(op, inputs, attrs, out_avals, regions, loc)
         if self.at_top:
             self.node_devices[id(node)] = context.current_device()
@@ -127,7 +129,13 @@ class GraphTrace(Trace):
         """What ``assign`` returns in graph mode: the assigned value, whose evaluation does the assignment."""
         return Tensor.symbolic(value, self)
 
+    def check_not_finalized(self) -> None:
+        """``Graph.finalize()`` made the graph read-only: building anything more in it is an error."""
+        if self.finalized:
+            raise RuntimeError(f"Graph is finalized and cannot be modified.{where()}")
+
     def add_placeholder(self, aval: Aval, name: str) -> Tensor:
+        self.check_not_finalized()
         value = self.add_param(aval, Binding("placeholder", name))
         self.names[value.uid] = name
         return Tensor.symbolic(value, self)
@@ -219,8 +227,12 @@ class RunPlan:
     feeds: list[Value]
     device: str
     concrete: Any = None
-    variables: list[int] = field(default_factory=list)
     host_inputs: dict[int, list[tuple[int, Value]]] = field(default_factory=dict)  # pull -> (component, value)
+
+    @property
+    def variables(self) -> list[int]:
+        """The ids of the variables the program reads."""
+        return [b.key for b in self.graph.param_bindings if b.kind == "var"]
 
     def fed_arrays(self, trace: GraphTrace, fed: dict[int, np.ndarray]) -> list[np.ndarray]:
         """The program's arguments: the session's feeds, then one element from each host input it reads."""
@@ -260,26 +272,35 @@ def _needed(trace: GraphTrace, values: Sequence[Value], nodes: Sequence[Node],
             needed.add(id(node))
             value_stack.extend(node.inputs)
             value_stack.extend(free_values(node.regions))
-            for dep in trace.control.get(id(node), ()):
-                dep_values, dep_nodes = _operands([dep])
-                value_stack.extend(dep_values)
-                node_stack.extend(dep_nodes)
+            dep_values, dep_nodes, _ = operands(trace.control.get(id(node), ()))
+            value_stack.extend(dep_values)
+            node_stack.extend(dep_nodes)
     return needed, list(params.values())
 
 
-def _operands(items: Sequence[Any]) -> tuple[list[Value], list[Node]]:
-    """The values and nodes that running ``items`` (tensors and operations, nested) executes."""
+def operands(items: Sequence[Any]) -> tuple[list[Value], list[Node], list[Callable[[], None]]]:
+    """What running ``items`` (tensors and operations, nested) takes: the values it computes, the nodes it
+    executes and the host actions (initializers) it runs first, those of an operation's dependencies
+    before its own, each operation once."""
     values: list[Value] = []
     nodes: list[Node] = []
-    for item in items:
-        if isinstance(item, Operation):
-            nodes.extend(item.nodes)
-            more_values, more_nodes = _operands([*item.control_inputs, *item.fetch_inputs])
-            values.extend(more_values)
-            nodes.extend(more_nodes)
-        elif isinstance(item, Tensor) and item._sym is not None:
+    actions: list[Callable[[], None]] = []
+    seen: set[int] = set()
+
+    def visit(item: Any) -> None:
+        if isinstance(item, Tensor) and item._sym is not None:
             values.append(item._sym)
-    return values, nodes
+        if not isinstance(item, Operation) or id(item) in seen:
+            return
+        seen.add(id(item))
+        for dep in [*item.control_inputs, *item.fetch_inputs]:
+            visit(dep)
+        nodes.extend(item.nodes)
+        actions.extend(item.before)
+
+    for item in items:
+        visit(item)
+    return values, nodes, actions
 
 
 def plan_run(trace: GraphTrace, values: Sequence[Value], nodes: Sequence[Node], feeds: dict[int, Value]) -> RunPlan:
@@ -310,8 +331,7 @@ def plan_run(trace: GraphTrace, values: Sequence[Value], nodes: Sequence[Node], 
     result_bindings = [*(Binding("out", k) for k in range(len(values))), *(Binding("var", vid) for vid in writes)]
     variables = {b.key: trace.variables[b.key] for b in [*param_bindings, *result_bindings] if b.kind == "var"}
     graph = Graph(trace.name, region, param_bindings, result_bindings, variables)
-    return RunPlan(graph, fed, _ipu_device(trace, kept), variables=[b.key for b in param_bindings if b.kind == "var"],
-                   host_inputs=host)
+    return RunPlan(graph, fed, _ipu_device(trace, kept), host_inputs=host)
 
 
 def _missing_feed(trace: GraphTrace, p: Value) -> str:
@@ -327,7 +347,7 @@ def _check_initialized(plan: RunPlan) -> None:
 
     for vid in plan.variables:
         var = VARIABLES.get(vid)
-        if var is not None and not getattr(var, "_initialized", True):
+        if var is not None and not var._initialized:
             raise FailedPreconditionError(
                 f"Error while reading resource variable {var._name} from Container: localhost. This could mean that "
                 "the variable was uninitialized: run tf.compat.v1.global_variables_initializer() (or the variable's "
@@ -341,6 +361,11 @@ def run_plan(plan: RunPlan, feed_arrays: Sequence[np.ndarray]) -> list[np.ndarra
     from popjit.frontend.function import ConcreteFunction
 
     _check_initialized(plan)
+    if not plan.graph.region.nodes:  # nothing to compute: the results are fed values and variables, read now
+        env = {v.uid: a for v, a in zip(plan.feeds, feed_arrays)}
+        env.update((v.uid, _variable_buffer(b.key, devices.HOST_GENERATOR).copy())
+                   for v, b in zip(plan.graph.params, plan.graph.param_bindings) if b.kind == "var")
+        return [env[v.uid] for v, b in zip(plan.graph.results, plan.graph.result_bindings) if b.kind == "out"]
     if plan.concrete is None:
         spec = [("result", k) for k in range(sum(b.kind == "out" for b in plan.graph.result_bindings))]
         _, tree = nest.flatten_with_tree([0] * len(spec))
@@ -371,14 +396,8 @@ def default_graph() -> Any:
     if _default.stack:
         return _default.stack[-1]
     if _global["graph"] is None:
-        _set_global_graph(make_graph())
+        _set_global_graph(GraphFacade())
     return _global["graph"]
-
-
-def make_graph() -> Any:
-    """A new, empty TF1 graph (``tf.compat.v1.Graph()``)."""
-    # why: the Graph facade lives with the TF1 names (compat.v1) but graphs are made here too
-    return GraphFacade()
 
 
 def _set_global_graph(graph: Any) -> None:
@@ -435,7 +454,7 @@ def reset_default_graph() -> None:
     if _default.stack:
         raise AssertionError("Do not use tf.reset_default_graph() to clear nested graphs. If you need a cleared "
                              "graph, exit the nesting and create a new graph.")
-    _set_global_graph(make_graph())
+    _set_global_graph(GraphFacade())
 
 
 def last_node_operation(name: str) -> Operation | None:
@@ -461,7 +480,6 @@ class GraphFacade:
     def __init__(self) -> None:
         self._trace = GraphTrace(f"graph_{next(_graph_names)}")
         self._trace.facade = self
-        self._finalized = False
 
     @contextlib.contextmanager
     def as_default(self) -> Iterator[GraphFacade]:
@@ -492,12 +510,12 @@ class GraphFacade:
         self._trace.collection(name).append(value)
 
     def finalize(self) -> None:
-        """Mark the graph read-only (kept for API compatibility; popjit does not check it)."""
-        self._finalized = True
+        """Make the graph read-only: building an op or a placeholder in it raises ``RuntimeError``."""
+        self._trace.finalized = True
 
     @property
     def finalized(self) -> bool:
-        return self._finalized
+        return self._trace.finalized
 
     def device(self, name: str) -> contextlib.AbstractContextManager[None]:
         return context.device_scope(name)

@@ -178,7 +178,7 @@ class IPUEstimator:
             return ipu_compiler.compile(loop, [])
 
     def _new_graph(self) -> tuple[Any, Any]:
-        graph = graph_mode.make_graph()
+        graph = graph_mode.GraphFacade()
         with graph.as_default():
             if self._config.tf_random_seed is not None:
                 set_seed(self._config.tf_random_seed)
@@ -260,7 +260,7 @@ class IPUEstimator:
                     _log.info("loss = %s, step = %d", loss, step)
                     logged_step = step
                 if self._config.save_summary_steps and step % self._config.save_summary_steps < self._iterations:
-                    writer.add_summary(_scalar("loss", loss), step)
+                    writer.add_summary(summary.scalar_summary("loss", loss), step)
                 if self._checkpoint_due(step - saved_step, time.time() - saved_time):
                     self._save(sess, saver, prefix, step)
                     saved_step, saved_time = step, time.time()
@@ -405,13 +405,6 @@ class IPUEstimator:
         if path is None:
             raise ValueError(f"Could not find trained model in model_dir: {self._model_dir}.")
         return path
-
-
-def _scalar(tag: str, value: float) -> bytes:
-    # why: a Summary protocol buffer, the same as a session run of tf.compat.v1.summary.scalar gives
-    from tensorboardX import summary as tbx
-
-    return tbx.scalar(tag, float(value)).SerializeToString()
 
 
 def _scalar_value(value: Any) -> Any:

@@ -207,3 +207,19 @@ def test__feeding_an_intermediate_tensor__replaces_what_computes_it(graph: Any) 
     with tf1.Session() as sess:
         np.testing.assert_allclose(sess.run(out, {hidden: [1, 3]}), [2, 6])  # `a` need not be fed
         np.testing.assert_allclose(sess.run(out, {a: [0, 0]}), [2, 2])
+
+
+def test__finalized_graph__refuses_new_ops_and_still_runs(graph: Any) -> None:
+    a = tf1.placeholder(np.float32, [2])
+    v = tf1.get_variable("v", [2], initializer=tf1.ones_initializer(), use_resource=True)
+    out = a + v
+    init = tf1.global_variables_initializer()
+    graph.finalize()
+    assert graph.finalized
+    with pytest.raises(RuntimeError, match="Graph is finalized and cannot be modified"):
+        out * 2.0
+    with pytest.raises(RuntimeError, match="Graph is finalized and cannot be modified"):
+        tf1.placeholder(np.float32, [2])
+    with tf1.Session() as sess:
+        sess.run(init)
+        np.testing.assert_array_equal(sess.run([out, v], {a: [1, 2]}), [[2, 3], [1, 1]])

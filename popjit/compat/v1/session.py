@@ -17,10 +17,10 @@ import numpy as np
 from popjit.compat.v1.config import ConfigProto, RunMetadata, RunOptions
 from popjit.errors import UnimplementedError
 from popjit.frontend import graph_mode, nest
-from popjit.frontend.graph_mode import GraphTrace, Operation, RunPlan
+from popjit.frontend.graph_mode import GraphTrace, Operation
 from popjit.frontend.tensor import Tensor
 from popjit.frontend.tracing import tracing
-from popjit.frontend.variables import VARIABLES, Variable
+from popjit.frontend.variables import Variable
 from popjit.ir.graph import Value
 from popjit.runtime import device as devices
 
@@ -61,12 +61,13 @@ class Session:
         leaves, tree = nest.flatten_with_tree(fetches)
         items = [self._fetch_item(trace, leaf) for leaf in leaves]
         feeds = self._feeds(trace, feed_dict)
+        values, nodes, actions = graph_mode.operands(items)
         with metadata.timed(devices.CPU, "host_actions"):
-            for action in _before_actions(items):
+            for action in actions:
                 action()
-        values = self._device_values(trace, items, feeds, metadata)
+        computed = self._device_values(trace, list(dict.fromkeys(values)), nodes, feeds, metadata)
         with metadata.timed(devices.CPU, "host_fetches"):
-            results = [self._result(item, values) for item in items]
+            results = [self._result(item, computed) for item in items]
         return nest.unflatten(tree, results)
 
     def _fetch_item(self, trace: GraphTrace, leaf: Any) -> Any:
@@ -94,11 +95,9 @@ class Session:
             feeds[key._sym.uid] = (key._sym, graph_mode.feed_array(value, key._sym.aval, name))
         return feeds
 
-    def _device_values(self, trace: GraphTrace, items: list[Any], feeds: dict[int, tuple[Value, np.ndarray]],
-                       metadata: RunMetadata) -> dict[int, np.ndarray]:
-        """Run the program the fetches need; the fetched values by value uid."""
-        values, nodes = graph_mode._operands(items)
-        values = list(dict.fromkeys(values))
+    def _device_values(self, trace: GraphTrace, values: list[Value], nodes: list[Any],
+                       feeds: dict[int, tuple[Value, np.ndarray]], metadata: RunMetadata) -> dict[int, np.ndarray]:
+        """Run the program that computes ``values`` and executes ``nodes``; the values by uid."""
         if not values and not nodes:
             return {}
         fed_values = {uid: v for uid, (v, _) in feeds.items()}
@@ -108,7 +107,7 @@ class Session:
             plan = trace.plans[key] = graph_mode.plan_run(trace, values, nodes, fed_values)
         arrays = plan.fed_arrays(trace, {uid: array for uid, (_, array) in feeds.items()})
         with metadata.timed(plan.device, plan.graph.name):
-            outs = _trivial_run(plan, arrays) if not plan.graph.region.nodes else graph_mode.run_plan(plan, arrays)
+            outs = graph_mode.run_plan(plan, arrays)
         return {v.uid: o for v, o in zip(values, outs)}
 
     @staticmethod
@@ -154,33 +153,6 @@ class InteractiveSession(Session):
         super().__init__(target, graph, config)
         self._default = graph_mode.session_default(self)
         self._default.__enter__()
-
-
-def _before_actions(items: list[Any]) -> list[Any]:
-    """The host actions (initializers) of the fetched operations and of those they depend on, in order."""
-    actions: list[Any] = []
-    seen: set[int] = set()
-
-    def visit(item: Any) -> None:
-        if isinstance(item, Operation) and id(item) not in seen:
-            seen.add(id(item))
-            for dep in item.control_inputs:
-                visit(dep)
-            actions.extend(item.before)
-
-    for item in items:
-        visit(item)
-    return actions
-
-
-def _trivial_run(plan: RunPlan, arrays: list[np.ndarray]) -> list[np.ndarray]:
-    """A plan without nodes returns its parameters: fed values and variables, read without compiling."""
-    graph_mode._check_initialized(plan)
-    env = {v.uid: a for v, a in zip(plan.feeds, arrays)}
-    for value, binding in zip(plan.graph.params, plan.graph.param_bindings):
-        if binding.kind == "var":
-            env[value.uid] = VARIABLES[binding.key]._buffer.copy()
-    return [env[v.uid] for v, b in zip(plan.graph.results, plan.graph.result_bindings) if b.kind == "out"]
 
 
 def _as_fetched(array: np.ndarray) -> Any:

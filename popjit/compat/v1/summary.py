@@ -15,9 +15,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from tensorboardX import FileWriter as _TbxFileWriter
-from tensorboardX import summary as _tbx
-from tensorboardX.proto.summary_pb2 import Summary
 
 from popjit.compat.v1 import graph_ops
 from popjit.errors import missing_attributes
@@ -27,10 +24,26 @@ from popjit.frontend.convert import convert_to_tensor
 _log = logging.getLogger("popjit")
 
 
+def _tensorboardx() -> Any:
+    # why: tensorboardX (and protobuf) cost 0.2 s to import: only programs that write summaries pay it
+    import tensorboardX
+    import tensorboardX.proto.summary_pb2
+
+    return tensorboardX
+
+
+def scalar_summary(tag: str, value: Any) -> bytes:
+    """A serialized ``Summary`` holding the scalar ``value`` under ``tag`` (what a run of :func:`scalar` gives)."""
+    return _tensorboardx().summary.scalar(tag, float(np.asarray(value))).SerializeToString()
+
+
+def _summary_proto() -> Any:
+    return _tensorboardx().proto.summary_pb2.Summary
+
+
 def _summary_op(name: str, tensor: Any, make: Any, collections: Sequence[str] | None) -> Any:
     trace = graph_ops._graph(f"summary.{name}")
-    op = graph_mode.Operation(trace, name, fetch=lambda array: make(array).SerializeToString(),
-                              fetch_inputs=[convert_to_tensor(tensor)])
+    op = graph_mode.Operation(trace, name, fetch=make, fetch_inputs=[convert_to_tensor(tensor)])
     for key in collections if collections is not None else [graph_ops.GraphKeys.SUMMARIES]:
         trace.collection(key).append(op)
     return op
@@ -39,14 +52,14 @@ def _summary_op(name: str, tensor: Any, make: Any, collections: Sequence[str] | 
 def scalar(name: str, tensor: Any, collections: Sequence[str] | None = None, family: str | None = None) -> Any:
     """A summary of the scalar ``tensor`` under the tag ``name``."""
     tag = f"{family}/{name}" if family else name
-    return _summary_op(tag, tensor, lambda value: _tbx.scalar(tag, float(np.asarray(value))), collections)
+    return _summary_op(tag, tensor, lambda value: scalar_summary(tag, value), collections)
 
 
 def histogram(name: str, values: Any, collections: Sequence[str] | None = None, family: str | None = None) -> Any:
     """A histogram summary of ``values`` under the tag ``name``."""
     tag = f"{family}/{name}" if family else name
-    return _summary_op(tag, values, lambda array: _tbx.histogram(tag, np.asarray(array, np.float64),
-                                                                 bins="auto"), collections)
+    return _summary_op(tag, values, lambda array: _tensorboardx().summary.histogram(
+        tag, np.asarray(array, np.float64), bins="auto").SerializeToString(), collections)
 
 
 def merge(inputs: Sequence[Any], collections: Sequence[str] | None = None, name: str | None = None) -> Any:
@@ -65,7 +78,7 @@ def _merged_fetch(ops: list[Any]) -> Any:
     counts = [len(o.fetch_inputs) for o in ops]
 
     def fetch(*arrays: Any) -> bytes:
-        merged, start = Summary(), 0
+        merged, start = _summary_proto()(), 0
         for o, n in zip(ops, counts):
             merged.MergeFromString(o.fetch(*arrays[start:start + n]))
             start += n
@@ -87,7 +100,7 @@ class FileWriter:
                  graph_def: Any = None, filename_suffix: str | None = None, session: Any = None) -> None:
         self._logdir = os.fspath(logdir)
         os.makedirs(self._logdir, exist_ok=True)
-        self._writer = _TbxFileWriter(self._logdir, max_queue=max_queue, flush_secs=flush_secs,
+        self._writer = _tensorboardx().FileWriter(self._logdir, max_queue=max_queue, flush_secs=flush_secs,
                                       filename_suffix=filename_suffix or "")
         if graph is not None or graph_def is not None:
             self.add_graph(graph, graph_def=graph_def)
@@ -97,7 +110,7 @@ class FileWriter:
 
     def add_summary(self, summary: Any, global_step: int | None = None) -> None:
         """Append a summary (the bytes a summary op's run returned, or a ``Summary``) at ``global_step``."""
-        proto = Summary.FromString(summary) if isinstance(summary, (bytes, bytearray)) else summary
+        proto = _summary_proto().FromString(summary) if isinstance(summary, (bytes, bytearray)) else summary
         self._writer.add_summary(proto, None if global_step is None else int(global_step))
 
     def add_graph(self, graph: Any, global_step: int | None = None, graph_def: Any = None) -> None:
