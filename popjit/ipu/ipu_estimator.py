@@ -192,7 +192,7 @@ class IPUEstimator:
         with graph.as_default():
             saver = tf1_train.Saver(max_to_keep=self._config.keep_checkpoint_max)
             init = [graph_ops.global_variables_initializer(), graph_ops.local_variables_initializer()]
-        sess = Session(graph=graph)
+        sess = Session(graph=graph, config=self._config.session_config)
         sess.run(init)
         path = checkpoint_path or latest_checkpoint(self._model_dir)
         if path is not None:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from popjit.errors import NotFoundError
+from popjit.errors import NotFoundError, UnimplementedError
 from popjit.tensorflow.compat import v1 as tf1
 
 VALUES = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "scope/b": np.array([1.5, -2.0], np.float32)}
@@ -74,3 +74,10 @@ def test__saver__restore_of_a_missing_name_changes_nothing(graph: Any, tmp_path:
             tf1.train.Saver().restore(sess, str(tmp_path / "part"))
         np.testing.assert_array_equal(sess.run(variables["w"]), np.ones((2, 3)))
         np.testing.assert_array_equal(sess.run(extra), [1])
+
+
+def test__saver__options_it_does_not_model_raise(graph: Any) -> None:
+    _variables(tf1)
+    for options in ({"keep_checkpoint_every_n_hours": 1.0}, {"filename": "f"}, {"sharded": True}):
+        with pytest.raises(UnimplementedError, match="is not supported by popjit"):
+            tf1.train.Saver(**options)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from popjit.errors import InvalidArgumentError
+from popjit.errors import InvalidArgumentError, UnimplementedError
 from popjit.ipu.scopes import ipu_scope
 from popjit.tensorflow.compat import v1 as tf1
 
@@ -82,3 +82,24 @@ def test__ref_variable_on_the_ipu__fails_as_on_graphcores_system(graph: Any) -> 
             tf1.Variable(np.zeros(2, np.float32), name="plain")
     with ipu_scope("/device:IPU:0"):  # Graphcore's scope makes resource variables
         assert tf1.get_variable("res", [2]).name == "res:0"
+
+
+def test__variable_scope__opens_the_name_scope_of_its_name(graph: Any, real_tf1: Any) -> None:
+    def names(tf: Any) -> list[str]:
+        with tf.name_scope("ns"), tf.variable_scope("vs", use_resource=True) as vs:
+            p = tf.placeholder(tf.float32, [1], name="p")
+            v = tf.Variable(np.zeros(1, np.float32), name="v")
+            g = tf.get_variable("g", [1])
+        with tf.variable_scope(vs):
+            q = tf.placeholder(tf.float32, [1], name="q")
+        with tf.variable_scope("quiet", auxiliary_name_scope=False):
+            r = tf.placeholder(tf.float32, [1], name="r")
+        return [p.name, v.name, g.name, q.name, r.name]
+
+    ours = names(tf1)
+    with real_tf1.Graph().as_default():
+        theirs = names(real_tf1)
+    assert ours == theirs == ["ns/vs/p:0", "ns/vs/v:0", "vs/g:0", "vs/q:0", "r:0"]
+    with pytest.raises(UnimplementedError, match=r"variable_scope\(regularizer=\.\.\.\) is not supported"), \
+            tf1.variable_scope("r", regularizer=lambda w: w):
+        pass

@@ -17,8 +17,9 @@ from typing import Any
 
 from popjit.errors import UnimplementedError
 
-_KEPT = ("allow_soft_placement", "gpu_options", "device_count", "isolate_session_state")
-_REFUSED = ("log_device_placement", "intra_op_parallelism_threads", "inter_op_parallelism_threads",
+_KEPT = ("allow_soft_placement", "gpu_options", "device_count")
+_REFUSED = ("log_device_placement", "isolate_session_state", "intra_op_parallelism_threads",
+            "inter_op_parallelism_threads",
             "use_per_session_threads", "session_inter_op_thread_pool", "graph_options", "experimental",
             "operation_timeout_in_ms", "rpc_options", "cluster_def", "placement_period", "device_filters")
 

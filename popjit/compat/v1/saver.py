@@ -47,6 +47,9 @@ class Saver:
                               ("builder", builder), ("pad_step_number", pad_step_number)):
             if value:
                 raise UnimplementedError(f"tf.compat.v1.train.Saver({option}=...) is not supported by popjit.")
+        if keep_checkpoint_every_n_hours != 10000.0 or filename is not None:
+            raise UnimplementedError("tf.compat.v1.train.Saver(keep_checkpoint_every_n_hours=..., filename=...) is not "
+                                     "supported by popjit; remove them.")
         if write_version != 2:
             raise UnimplementedError("tf.compat.v1.train.Saver(write_version=1): popjit writes V2 checkpoints only.")
         self._variables = _named(var_list)

@@ -18,7 +18,7 @@ import numpy as np
 from popjit import context, dtypes
 from popjit.errors import InvalidArgumentError, UnimplementedError
 from popjit.frontend import graph_mode
-from popjit.frontend.name_scope import scoped
+from popjit.frontend.name_scope import name_scope, scoped
 from popjit.frontend.tensor import Tensor
 from popjit.frontend.variables import Variable as _ResourceVariable
 from popjit.keras import initializers as keras_init
@@ -31,12 +31,11 @@ AUTO_REUSE = "AUTO_REUSE"
 class VariableScope:
     """A scope's settings: its name prefix, reuse, and the defaults of the variables made in it."""
 
-    def __init__(self, name: str = "", reuse: Any = False, initializer: Any = None, regularizer: Any = None,
+    def __init__(self, name: str = "", reuse: Any = False, initializer: Any = None,
                  dtype: Any = dtypes.float32, use_resource: bool | None = None, constraint: Any = None) -> None:
         self._name = name
         self._reuse = reuse
         self._initializer = initializer
-        self._regularizer = regularizer
         self._dtype = dtypes.as_dtype(dtype)
         self._use_resource = use_resource
         self._constraint = constraint
@@ -109,14 +108,18 @@ def variable_scope(name_or_scope: Any = None, default_name: str | None = None, v
                    partitioner: Any = None, custom_getter: Any = None, reuse: Any = None, dtype: Any = None,
                    use_resource: bool | None = None, constraint: Any = None,
                    auxiliary_name_scope: bool = True) -> Iterator[VariableScope]:
-    """Prefix the names of the variables made inside with ``name_or_scope`` and set their defaults."""
-    for option, value in (("partitioner", partitioner), ("custom_getter", custom_getter)):
+    """Prefix the names of the variables made inside with ``name_or_scope`` and set their defaults; with
+    ``auxiliary_name_scope``, also open the name scope of the same name (placeholders and
+    ``tf.compat.v1.Variable`` s built inside are named under it, as in TF1)."""
+    for option, value in (("partitioner", partitioner), ("custom_getter", custom_getter),
+                          ("regularizer", regularizer)):
         if value is not None:
             raise UnimplementedError(f"tf.compat.v1.variable_scope({option}=...) is not supported by popjit{where()}.")
     parent = get_variable_scope()
     if isinstance(name_or_scope, VariableScope):
         name = name_or_scope.name
         base = name_or_scope
+        names = f"{name}/" if name else ""  # a scope entered again opens its name scope again, absolute
     else:
         if name_or_scope is None:
             if default_name is None:
@@ -127,20 +130,21 @@ def variable_scope(name_or_scope: Any = None, default_name: str | None = None, v
             leaf = str(name_or_scope)
         name = f"{parent.name}/{leaf}" if parent.name else leaf
         base = parent
+        names = leaf  # a new scope opens a name scope inside the current one
     if reuse is None:  # inherited from the enclosing scope (or the scope object re-entered)
         reuse = parent.reuse if parent.reuse in (True, AUTO_REUSE) else base.reuse if base is not parent else False
     scope = VariableScope(
         name,
         reuse=reuse,
         initializer=initializer if initializer is not None else base.initializer,
-        regularizer=regularizer if regularizer is not None else base._regularizer,
         dtype=dtype if dtype is not None else base.dtype,
         use_resource=use_resource if use_resource is not None else base.use_resource,
         constraint=constraint if constraint is not None else base._constraint,
     )
     _scopes.stack.append(scope)
     try:
-        yield scope
+        with name_scope(names if auxiliary_name_scope else ""):
+            yield scope
     finally:
         _scopes.stack.remove(scope)
 
