@@ -62,13 +62,16 @@ GRAPHCORE_MODULES = {
     "keras.ipu.layers": "popjit.tensorflow.keras.ipu.layers",
     "ipu_tensorflow_addons.keras.layers": "popjit.ipu_tensorflow_addons.keras.layers",
     "ipu_tensorflow_addons.keras.optimizers": "popjit.ipu_tensorflow_addons.keras.optimizers",
+    "ipu.distributed": "popjit.ipu.distributed",
+    "ipu.distributed.popdist_strategy": "popjit.ipu.distributed.popdist_strategy",
+    "popdist": "popjit.popdist", "popdist.tensorflow": "popjit.popdist.tensorflow",
 }
 
 
 def graphcore_section() -> list[str]:
     out = ["## Graphcore's op and Keras modules", "",
-           "`ipu` is `from tensorflow.python import ipu` (`ipu.nn_ops` is also `ipu.ops.nn_ops`...); `keras.ipu` and "
-           "`ipu_tensorflow_addons` are the modules `popjit run` maps for a script. The multi-IPU names "
+           "`ipu` is `from tensorflow.python import ipu` (`ipu.nn_ops` is also `ipu.ops.nn_ops`...); `keras.ipu`, "
+           "`ipu_tensorflow_addons` and `popdist` are modules `popjit run` maps for a script. The multi-IPU names "
            "(`PipelineStage`, `PipelineModel`...) are listed but raise `UnimplementedError` when used.", ""]
     for path, module in GRAPHCORE_MODULES.items():
         names = [n for n in _public(importlib.import_module(module)) if n != "annotations"]

@@ -10,9 +10,12 @@ Numba-free, so reading it compiles nothing.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from popjit import config
@@ -53,3 +56,23 @@ def threads_to_use() -> int:
     """``POPJIT_NUM_THREADS`` if set, else :func:`available_cores`."""
     chosen = config.get("NUM_THREADS")
     return available_cores() if chosen is None else max(1, chosen)
+
+
+_LOCAL = threading.local()
+
+
+def engine_threads() -> int:
+    """The threads an engine run on the calling thread may use: :func:`threads_to_use`, unless the thread
+    runs inside :func:`limited` (a replica of a replicated program, whose siblings hold the other cores)."""
+    return getattr(_LOCAL, "threads", None) or threads_to_use()
+
+
+@contextlib.contextmanager
+def limited(count: int) -> Iterator[None]:
+    """Let engines run on the calling thread use at most ``count`` threads inside the block."""
+    before = getattr(_LOCAL, "threads", None)
+    _LOCAL.threads = max(1, count)
+    try:
+        yield
+    finally:
+        _LOCAL.threads = before

@@ -4,6 +4,7 @@
     popjit demo                 Keras fit of a small CNN on handwritten digits inside IPUStrategy, with IPU estimates
     popjit cache [list|clear|info]  the on-disk caches (POPJIT_CACHE_DIR, --executable_cache_path)
     popjit run script.py [args]  an unmodified IPU TensorFlow script, `tensorflow` resolving to popjit
+    popjit poprun --num-instances N --num-replicas R script.py [args]  N instances through MPI (also `poprun`)
     popjit check PATH... [--json]  which TensorFlow names a program uses and which popjit supports (not running it)
     popjit report DIR [--html OUT.html] [--png OUTDIR]   the profiles POPLAR_ENGINE_OPTIONS wrote (docs/profiles.md)
     popjit --version
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 
 import popjit
-from popjit import check, config, demo, errors, runner
+from popjit import check, config, demo, errors, poprun, runner
 from popjit.flags import poplar_flags
 from popjit.kernels.jit import cache_root, executable_cache_dir, fingerprint, untrusted_reason
 from popjit.pipeline import store
@@ -301,6 +302,11 @@ def build_parser() -> argparse.ArgumentParser:
                           add_help=False)
     r.add_argument("argv", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]")
     r.set_defaults(func=lambda args: cmd_run(args.argv))
+    pr = sub.add_parser("poprun", help="run a program as several instances through MPI, as Graphcore's poprun: "
+                                       "poprun --num-instances N --num-replicas R script.py [args] (see poprun -h)",
+                        add_help=False)
+    pr.add_argument("argv", nargs=argparse.REMAINDER, metavar="OPTIONS PROGRAM [ARGS]")
+    pr.set_defaults(func=lambda args: poprun.main(args.argv, prog="popjit poprun"))
     ck = sub.add_parser("check", help="list the TensorFlow, Keras and Graphcore names a program uses and whether "
                                       "popjit supports each, without running it (exit status 1 if one is missing)")
     ck.add_argument("paths", nargs="+", metavar="PATH", help="a Python file, or a directory of them")
@@ -320,6 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["run"]:  # before argparse and outside the OpError handler: the program's errors are its own
         return cmd_run(argv[1:])
+    if argv[:1] == ["poprun"]:  # as for run: poprun parses its own command line
+        return poprun.main(argv[1:], prog="popjit poprun")
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

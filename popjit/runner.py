@@ -6,8 +6,8 @@
 
 Two parts. :func:`install_hook` puts a finder at the front of ``sys.meta_path`` that makes
 ``tensorflow`` (and ``tensorflow.compat.v1``, ``tensorflow.keras``, ``tensorflow.python.ipu``,
-``tensorflow.python.keras``, ``keras``, Graphcore's ``ipu_tensorflow_addons``, and every module
-below them) the very module objects of popjit, so ``import tensorflow as tf; tf is popjit.tensorflow``.
+``tensorflow.python.keras``, ``keras``, Graphcore's ``ipu_tensorflow_addons`` and ``popdist``, and every
+module below them) the very module objects of popjit, so ``import tensorflow as tf; tf is popjit.tensorflow``.
 Nothing installs it but this command, and only in the process it runs in: importing popjit leaves
 ``import tensorflow`` alone, and a real TensorFlow installed beside popjit stays what every other
 process imports.
@@ -37,6 +37,8 @@ from typing import Any
 
 from popjit import config
 from popjit.aliases import AliasFinder
+from popjit.errors import FailedPreconditionError
+from popjit.runtime import instances
 from popjit.support import Status, graphcore_name, lookup
 
 USAGE = "usage: popjit run [-h] [-v] [--tf1] (SCRIPT | -m MODULE | -c CODE) [ARGS ...]"
@@ -44,9 +46,10 @@ HELP = f"""{USAGE}
 
 Run a program written for Graphcore's IPU TensorFlow, unmodified, on popjit. Inside this process
 only, `import tensorflow` (and tensorflow.compat.v1, tensorflow.keras, tensorflow.python.ipu,
-tensorflow.python.keras, keras, ipu_tensorflow_addons) resolve to popjit's modules; a real TensorFlow
+tensorflow.python.keras, keras, ipu_tensorflow_addons, popdist) resolve to popjit's modules; a real TensorFlow
 installed beside popjit is untouched. sys.argv, __name__ == "__main__", exit codes and tracebacks behave as with
-`python SCRIPT ARGS`.
+`python SCRIPT ARGS`. Started as one of several instances (by `popjit poprun`, or `mpiexec -n N python -m popjit
+run SCRIPT`), it connects to the others first, and a failure in one stops them all.
 
   -v, --verbose
               log popjit's compile phases with their times (and its other INFO messages) to stderr
@@ -89,6 +92,7 @@ ALIASES: tuple[Alias, ...] = (
     Alias("tensorflow.python.keras", "popjit.tensorflow.keras"),
     Alias("keras", "popjit.tensorflow.keras"),
     Alias("ipu_tensorflow_addons", "popjit.ipu_tensorflow_addons"),
+    Alias("popdist", "popjit.popdist"),
 )
 
 
@@ -395,6 +399,17 @@ def seed_the_program() -> None:
         set_seed(config.SEED)
 
 
+def join_instances() -> str | None:
+    """For one of several instances (started by poprun or mpiexec): connect to the others, so that a failure in
+    any stops them all; why that cannot be done, or None."""
+    install_excepthook()  # first: a failing instance's traceback is printed before the others are stopped
+    try:
+        instances.world().connect()
+    except (ValueError, FailedPreconditionError) as e:
+        return str(e)
+    return None
+
+
 def log_verbosely() -> None:
     """``-v``: the ``popjit`` logger's INFO messages (compile phases with their times, retracing reasons)
     go to stderr, each line stamped with the time."""
@@ -422,5 +437,14 @@ def main(argv: Sequence[str]) -> int:
                                          "tensorflow.compat.v1", request.target)
         install_hook(tf1=True)
     seed_the_program()
-    RUNNERS[request.kind](request.target, request.args)
+    problem = join_instances()
+    if problem:
+        print(f"popjit run: {problem}", file=sys.stderr)
+        return 1
+    try:
+        RUNNERS[request.kind](request.target, request.args)
+    except SystemExit as e:  # a failing sys.exit in one instance ends the others too
+        status = instances.exit_status(e.code)
+        instances.abort_on_failure(status, f"exit status {status}")
+        raise
     return 0

@@ -65,9 +65,10 @@ def missing_api_message(module: str, name: str) -> str:
 
 # -- the entries -------------------------------------------------------------------------------------
 
-MULTI_IPU_REASON = ("popjit runs a program on one IPU, and pipelining, sharding and replication over several IPUs "
-                    "come later")
-MULTI_IPU_ADVICE = ("Run the model on one IPU without it; to train on larger batches, accumulate gradients "
+MULTI_IPU_REASON = ("popjit replicates a program over several IPUs, but does not pipeline or shard one over them "
+                    "yet")
+MULTI_IPU_ADVICE = ("Run the model without it, on one IPU or replicated (cfg.auto_select_ipus = N); to train on larger "
+                    "batches, accumulate gradients "
                     "(model.set_gradient_accumulation_options(...) or ipu.optimizers.GradientAccumulationOptimizerV2).")
 
 
@@ -106,21 +107,33 @@ def _tf1(*names: str) -> list[Entry]:
     return [Entry(f"tf.compat.v1.{name}", Status.MISSING, _TF1_REASON, _TF1_ADVICE) for name in names]
 
 
+_POPDIST_ADVICE = ("Use ipu.distributed.popdist_strategy.PopDistStrategy, and start the program with `popjit poprun "
+                   "--num-instances N --num-replicas R script.py` (docs/api.md, \"Many hosts: poprun and PopDist\").")
+
+
 ENTRIES: tuple[Entry, ...] = (
     # -- several IPUs --
-    *_ipu_modules("all_to_all_op", "cross_replica_ops", "cross_replica_optimizer", "distributed", "horovod",
-                  "ipu_multi_worker_strategy", "pipelining_ops", "reduce_scatter_op", "replication_ops",
-                  "sharded_optimizer", "sharding", "within_replica_ops"),
-    *_multi_ipu("ipu.optimizers.CrossReplicaGradientAccumulationOptimizer",
-                "ipu.optimizers.CrossReplicaGradientAccumulationOptimizerV2", "ipu.optimizers.CrossReplicaOptimizer",
-                "ipu.optimizers.ShardedOptimizer", "ipu.keras.optimizers.CrossReplicaOptimizer",
+    *_ipu_modules("pipelining_ops", "sharded_optimizer", "sharding", "within_replica_ops"),
+    *_multi_ipu("ipu.optimizers.CrossReplicaGradientAccumulationOptimizer", "ipu.optimizers.ShardedOptimizer",
+                "ipu.keras.optimizers.CrossReplicaOptimizer",
                 "ipu.keras.PipelineModel", "ipu.keras.PipelineSequential", "ipu.keras.SequentialPipelineModel",
                 "ipu.keras.PipelineStage", "keras.ipu.PipelineStage",
                 "keras.ipu.FunctionalLayerPipelineStageAssignment", "keras.ipu.SequentialLayerPipelineStageAssignment",
                 "keras.ipu.ModelLayerPipelineStageAssignment"),
     *_model_methods("set_pipelining_options", "get_pipeline_stage_assignment", "set_pipeline_stage_assignment",
-                    "reset_pipeline_stage_assignment", "print_pipeline_stage_assignment_summary",
-                    "set_replication_options"),
+                    "reset_pipeline_stage_assignment", "print_pipeline_stage_assignment_summary"),
+    # -- several hosts (PopDist) --
+    Entry("ipu.ipu_multi_worker_strategy", Status.MISSING,
+          "IPUMultiWorkerStrategyV1 (gRPC collectives between hosts, one IPU device per worker) was deprecated in "
+          "SDK 2.4, and popjit's instances talk through MPI", _POPDIST_ADVICE),
+    Entry("ipu.distributed.ipu_horovod_strategy", Status.MISSING,
+          "IPUHorovodStrategy was renamed PopDistStrategy in SDK 2.4", _POPDIST_ADVICE,
+          ("ipu.horovod.ipu_horovod_strategy",)),
+    Entry("ipu.distributed.ipu_multi_replica_strategy", Status.MISSING,
+          "IPUMultiReplicaStrategy was renamed PopDistStrategy in SDK 2.4", _POPDIST_ADVICE,
+          ("ipu.horovod.ipu_multi_replica_strategy",)),
+    Entry("popdist.poptorch", Status.MISSING, "PopDist's PopTorch helpers are for PyTorch programs, and popjit runs "
+          "TensorFlow ones", "Use popdist's own functions and popdist.tensorflow."),
     # -- IPU scopes --
     _scope("ipu_shard", "manual sharding of a program over several IPUs"),
     _scope("outside_compilation_scope", "running part of a compiled program on the host"),

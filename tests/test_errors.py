@@ -192,10 +192,14 @@ def test__a_missing_name_in_any_namespace__is_unimplemented_naming_it(namespace,
     assert not hasattr(module, name), "still an AttributeError for hasattr and getattr with a default"
 
 
-def test__a_device_of_several_ipus__is_refused_not_run_as_one_replica(fresh_ipu_system):
+def test__a_replicated_ipu_model_device__is_refused_not_run_as_one_replica(fresh_ipu_system, monkeypatch):
     from popjit import ipu
 
-    fresh_ipu_system.configure([2])
+    monkeypatch.setenv("TF_POPLAR_FLAGS", "--use_ipu_model")
+    cfg = ipu.config.IPUConfig()
+    cfg.auto_select_ipus = 2
+    cfg.ipu_model.version = "ipu2"
+    cfg.configure_ipu_system()
     strategy = ipu.ipu_strategy.IPUStrategy()
     with strategy.scope():
         v = tf.Variable(np.ones(3, np.float32))
@@ -203,8 +207,8 @@ def test__a_device_of_several_ipus__is_refused_not_run_as_one_replica(fresh_ipu_
         with pytest.raises(errors.UnimplementedError) as e:
             strategy.run(step)
     msg = str(e.value)
-    assert "/device:IPU:0 has 2 IPUs" in msg and "replicas" in msg and "auto_select_ipus = 1" in msg
-    here = test__a_device_of_several_ipus__is_refused_not_run_as_one_replica
+    assert "IPU Model device of 2 IPUs" in msg and "replicated programs are not supported" in msg
+    here = test__a_replicated_ipu_model_device__is_refused_not_run_as_one_replica
     assert f"line {_line_of(here, 'strategy.run(step)')}" in msg
     np.testing.assert_array_equal(v.numpy(), np.ones(3, np.float32))  # the variable is untouched
     assert fresh_ipu_system.get_device(0).executions == 0
@@ -252,7 +256,7 @@ def test__from_import_of_a_missing_name__is_an_import_error_that_keeps_popjits_m
         from popjit.tensorflow.python.ipu import pipelining_ops  # noqa: F401
 
     with pytest.raises(errors.UnimplementedImportError, match=r"ipu\.pipelining_ops is not implemented by popjit yet: "
-                                                              r"popjit runs a program on one IPU"):
+                                                              r"popjit replicates a program over several IPUs"):
         inside_a_function()
     from popjit.tensorflow.keras.layers import Dense  # what exists still imports
     from popjit.tensorflow.python.ipu import nn_ops

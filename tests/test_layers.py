@@ -40,15 +40,19 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("train", ("popjit.train",)),
     ("keras", ("popjit.keras",)),
     ("compat", ("popjit.compat",)),
+    ("popdist", ("popjit.popdist",)),
     ("ipu", ("popjit.ipu",)),
     ("tensorflow facade", ("popjit.tensorflow", "popjit.ipu_tensorflow_addons")),
-    ("entry points", ("popjit.runner", "popjit.check", "popjit.demo", "popjit.cli", "popjit.__main__")),
+    ("entry points", ("popjit.runner", "popjit.check", "popjit.demo", "popjit.poprun", "popjit.cli",
+                      "popjit.__main__")),
 ]
 
 #: Imports that go up a layer on purpose: (importer, imported) -> why.
 UPWARD = {
     ("popjit", "popjit.ipu"): "the root package's short form `popjit.ipu`, loaded on first use",
     ("popjit", "popjit.frontend.function"): "the root package's short form `popjit.tf_function`, loaded on first use",
+    ("popjit.popdist", "popjit.ipu.config"): "popdist.getDeviceId answers with the virtual device ids of the ipu "
+                                             "package, loaded on first use",
 }
 
 

@@ -232,7 +232,7 @@ def test_from_import_of_a_missing_name_keeps_popjits_unimplemented_message(tmp_p
     r = popjit_run(["prog.py"], tmp_path)
     assert r.returncode == 1
     assert ("pipelining: True cannot import name 'pipelining_ops': ipu.pipelining_ops is not implemented by popjit "
-            "yet: popjit runs a program on one IPU") in r.stdout
+            "yet: popjit replicates a program over several IPUs") in r.stdout
     assert "tool: True cannot import name 'converter': ipu_tensorflow_addons.saved_model_tool is not" in r.stdout
     assert ("UnimplementedImportError: cannot import name 'Conv3DTranspose': tf.keras.layers.Conv3DTranspose is not "
             "implemented by popjit") in r.stderr

@@ -28,6 +28,7 @@ import numba
 import numpy as np
 
 from popjit import config
+from popjit.codegen import host
 from popjit.codegen.engine import EngineSource
 from popjit.codegen.library import LibraryStore, ProgramLibrary, offer, program_library
 from popjit.codegen.native import NativeEngine, engine_module
@@ -35,7 +36,7 @@ from popjit.codegen.phases import CompileProgress, Phases, codelets_note
 from popjit.codegen.render import HEADER, SERIAL, Rendered
 from popjit.kernels.blas import blas_threads
 from popjit.kernels.jit import atomic_write, cache_root, fingerprint, start_parallel_runtime, usable_dir, warn_once
-from popjit.kernels.threads import threads_to_use
+from popjit.kernels.threads import engine_threads
 
 PACKAGE = "popjit_gen"
 
@@ -152,7 +153,7 @@ class Engine:
                  store: LibraryStore | None = None) -> int:
         """Run on ``buffers``, linking first on a new kind of buffers (:meth:`link`)."""
         function, callees, _ = self.link(buffers, program, store)
-        with blas_threads(threads_to_use()):
+        with blas_threads(engine_threads()):
             return function(*buffers, ints, floats, stop, *state, callees)
 
     def link(self, buffers: Sequence[np.ndarray], program: str | None = None,
@@ -172,16 +173,21 @@ class Engine:
     def _link(self, buffers: Sequence[np.ndarray], program: str, store: LibraryStore | None) -> tuple[Any, Any, Any]:
         if config.get("DISABLE_NUMBA"):
             module = _load(self.src.name + "_py", engine_module_source(self.src))
-            return getattr(module, self.src.name), tuple(callee_functions(self.src)), None
+            functions = [host.lookup(c.name).function if host.is_host(c.name) else f
+                         for c, f in zip(self.src.callees, _all_callee_functions(self.src))]
+            return getattr(module, self.src.name), tuple(functions), None
         start_parallel_runtime()
         typed = {kind: _argument_type(kind, buffers) for kind in {k for c in self.src.callees for k in c.kinds}}
-        types = [tuple(typed[kind] for kind in c.kinds) for c in self.src.callees]
-        callees = [(c.name, t) for c, t in zip(self.src.callees, types)]
+        types = [tuple(numba.types.int64 if host.is_host(c.name) else typed[kind] for kind in c.kinds)
+                 for c in self.src.callees]
+        callees = [(c.name, t) for c, t in zip(self.src.callees, types) if not host.is_host(c.name)]
         with Phases(program).phase("machine code") as phase, CompileProgress(program) as progress:
             library = program_library(self.src.name, lambda: engine_module(self.src, types), callees,
                                       lambda: callee_functions(self.src), progress, store)
             phase.note = codelets_note(library.compiled, len(set(callees)), library.through_numba)
-        return NativeEngine(self.src, library.engine), np.array(library.addresses, dtype=np.int64), library
+        compiled = iter(library.addresses)
+        addresses = [host.lookup(c.name).address if host.is_host(c.name) else next(compiled) for c in self.src.callees]
+        return NativeEngine(self.src, library.engine), np.array(addresses, dtype=np.int64), library
 
 
 #: Engines kept (least recently used dropped first); executables hold theirs regardless.
@@ -203,8 +209,14 @@ def load_engine(src: EngineSource) -> Engine:
 
 
 def callee_functions(src: EngineSource) -> list[Any]:
-    """The functions behind ``K``, in order: generated codelets and library functions."""
-    return [load_codelet(src.codelets[c.name]) if c.name in src.codelets
+    """The compiled functions behind ``K``, in order: generated codelets and library functions (host
+    functions, :mod:`popjit.codegen.host`, are not compiled and not among them)."""
+    return [f for c, f in zip(src.callees, _all_callee_functions(src)) if not host.is_host(c.name)]
+
+
+def _all_callee_functions(src: EngineSource) -> list[Any]:
+    """One entry per callee: its function, or None for a host function."""
+    return [None if host.is_host(c.name) else load_codelet(src.codelets[c.name]) if c.name in src.codelets
             else getattr(importlib.import_module(src.library[c.name]), c.name) for c in src.callees]
 
 

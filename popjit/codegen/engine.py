@@ -35,10 +35,11 @@ from typing import Any
 import numpy as np
 
 from popjit import config, dtypes
+from popjit.codegen.host import PREFIX as HOST_PREFIX
 from popjit.codegen.numerics import DEFAULT, TRAPPED, Numerics
 from popjit.codegen.render import Rendered, render_kernel
 from popjit.dtypes import DType
-from popjit.ir.loop import Buffer, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, StmtVisitor, While
+from popjit.ir.loop import Buffer, Collective, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, StmtVisitor, While
 from popjit.kernels.gemm_choice import grain, panels, uses_own_gemm
 from popjit.loop.passes import scatters
 
@@ -148,6 +149,15 @@ class Branch:
     orelse: list[Any]
 
 
+#: The host function that performs a replicated program's collectives (registered by :mod:`popjit.runtime.replicas`).
+COLLECTIVE_CALLEE = HOST_PREFIX + "collective"
+
+
+def collectives(program: Program) -> list[Collective]:
+    """The program's collectives, numbered in this order by the engine's calls."""
+    return [s for s in program.walk() if isinstance(s, Collective)]
+
+
 class _Emitter(StmtVisitor):
     """Builds the engine's statement tree: a call per kernel, library calls, control flow."""
 
@@ -168,6 +178,7 @@ class _Emitter(StmtVisitor):
             self.names[b.uid] = f"B{k}"
         self.arguments = args
         self.body: list[Any] = []
+        self.collective_numbers = {id(c): k for k, c in enumerate(collectives(program))}
 
     def int(self, v: int) -> str:
         self.ints.append(int(v))
@@ -240,6 +251,12 @@ class _Emitter(StmtVisitor):
     def visit_copy(self, s: Copy) -> None:
         self.library["copy"] = "popjit.kernels.copy"
         self.invoke("copy", [self.buf(s.dst), self.buf(s.src)], "copy")
+
+    def visit_collective(self, s: Collective) -> None:
+        """A call of the runtime's host function, with the collective's number in the program (see
+        :func:`collectives`) and its destination and source buffers."""
+        index = self.collective_numbers[id(s)]
+        self.invoke(COLLECTIVE_CALLEE, [self.int(index), self.buf(s.dst), self.buf(s.src)], s.name)
 
     def visit_repeat(self, s: Repeat) -> None:
         self.body.append(Loop(self.int(s.count), self.nested(s.body)))

@@ -32,6 +32,7 @@ from llvmlite import ir
 from numba.core.registry import cpu_target
 
 from popjit.codegen.engine import Branch, EngineSource, Invoke, Loop, WhileLoop
+from popjit.codegen.host import is_host
 from popjit.codegen.numerics import TRAPPED
 
 _I64 = ir.IntType(64)
@@ -104,8 +105,10 @@ class _Builder:
         self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
         self.arrays: dict[int, ir.Value] = {}
         self.buffer_types: dict[int, Any] = {}
-        for kinds, types in zip((c.kinds for c in src.callees), argument_types):
-            for kind, t in zip(kinds, types):
+        for callee, types in zip(src.callees, argument_types):
+            if is_host(callee.name):  # why: a host function takes addresses, not Numba's arrays
+                continue
+            for kind, t in zip(callee.kinds, types):
                 if kind.startswith("B"):
                     self.buffer_types[int(kind[1:])] = t
 
@@ -158,6 +161,9 @@ class _Builder:
 
     def invoke(self, node: Invoke) -> None:
         b = self.builder
+        if is_host(self.src.callees[node.slot].name):
+            self.host_call(node)
+            return
         types = self.argument_types[node.slot]
         args = [self.argument(expr, t) for expr, t in zip(node.args, types)]
         if node.split is None:
@@ -170,6 +176,15 @@ class _Builder:
         if node.rounds:
             pointer = b.gep(b.bitcast(self.rounding, _I64.as_pointer()), [_I64(2)])
             b.store(b.add(b.load(pointer), _I64(1)), pointer)
+
+    def host_call(self, node: Invoke) -> None:
+        """A call of a host function (:mod:`popjit.codegen.host`): int64 arguments, a buffer as the address
+        of its data; a nonzero result stops the engine with that value."""
+        b = self.builder
+        args = [b.ptrtoint(self.element(self.data, int(e[1:]), _PTR), _I64) if e.startswith("B")
+                else self.argument(e, numba.types.int64) for e in node.args]
+        result = b.call(self.callee(node.slot, [_I64] * len(args)), args)
+        self.return_if(b.icmp_signed("!=", result, _I64(0)), result)
 
     def callee(self, slot: int, argument_types: list[ir.Type]) -> ir.Value:
         """``K[slot]`` as a pointer to a function of ``argument_types`` returning int64."""

@@ -126,6 +126,16 @@ class Dataset:
         """The first ``count`` elements (all of them when ``count`` is -1)."""
         return transforms.TakeDataset(self, scalar_arg(count, "count"))
 
+    def shard(self, num_shards: Any, index: Any, name: str | None = None) -> Dataset:
+        """Every ``num_shards``-th element, starting at element ``index`` (what one of ``num_shards`` workers
+        reads: PopDist instances shard their data this way)."""
+        shards, at = scalar_arg(num_shards, "num_shards"), scalar_arg(index, "index")
+        if shards < 1:
+            raise InvalidArgumentError(f"num_shards must be > 0 but got {shards}")
+        if not 0 <= at < shards:
+            raise InvalidArgumentError(f"index must be in [0, {shards}) but got {at}")
+        return transforms.ShardDataset(self, shards, at)
+
     def skip(self, count: Any, name: str | None = None) -> Dataset:
         """All but the first ``count`` elements (none when ``count`` is -1)."""
         return transforms.SkipDataset(self, scalar_arg(count, "count"))

@@ -138,7 +138,7 @@ class ElementFunction:
         for i in range(k):
             outs, updates = interpret(traced.graph, [a[i] for a in chunk], _variables(traced.graph))
             for vid, value in updates.items():
-                VARIABLES[vid]._buffer[...] = value
+                VARIABLES[vid]._write(value)
             rows.append(outs)
             self.stats["element_runs"] += 1
         return [np.stack([r[j] for r in rows]) for j in range(len(rows[0]))] if rows else []

@@ -341,6 +341,55 @@ class _SkipIter(ChunkIter):
         return self.source.next_chunk(n)
 
 
+class _StrideRA(RandomAccess):
+    """Elements ``start, start + step, ...`` of another random-access dataset."""
+
+    def __init__(self, inner: RandomAccess, start: int, step: int) -> None:
+        self.inner, self.start, self.step = inner, start, step
+        self.length = None if inner.length is None else max(-(-(inner.length - start) // step), 0)
+
+    def gather(self, idx: np.ndarray) -> Chunk:
+        return self.inner.gather(idx * self.step + self.start)
+
+
+class _ShardIter(ChunkIter):
+    """The elements of ``source`` whose position is ``index`` modulo ``shards``."""
+
+    def __init__(self, source: ChunkIter, shards: int, index: int) -> None:
+        self.source, self.shards, self.index, self.position = source, shards, index, 0
+
+    def next_chunk(self, n: int) -> Chunk | None:
+        while True:
+            c = self.source.next_chunk(n * self.shards)
+            if c is None:
+                return None
+            size = chunk_len(c)
+            first = (self.index - self.position) % self.shards
+            self.position += size
+            if first < size:
+                return [leaf[first::self.shards] for leaf in c]
+
+
+class ShardDataset(Dataset):
+    """``Dataset.shard``: every ``num_shards``-th element, from element ``index`` on."""
+
+    def __init__(self, input: Dataset, num_shards: int, index: int) -> None:
+        self._input, self._shards, self._index = input, num_shards, index
+        self._structure = input._structure
+
+    def _random_access(self) -> RandomAccess | None:
+        ra = self._input._random_access()
+        return None if ra is None else _StrideRA(ra, self._index, self._shards)
+
+    def _chunks(self) -> ChunkIter:
+        ra = self._random_access()
+        return RAIter(ra) if ra is not None else _ShardIter(self._input._chunks(), self._shards, self._index)
+
+    def _cardinality(self) -> int:
+        n = self._input._cardinality()
+        return n if n < 0 else max(-(-(n - self._index) // self._shards), 0)
+
+
 class SkipDataset(Dataset):
     """``Dataset.skip``: drops the first ``count`` elements (all when ``count`` is negative)."""
 

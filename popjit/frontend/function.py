@@ -23,6 +23,7 @@ from popjit.errors import InvalidArgumentError, UnimplementedError
 from popjit.frontend import nest, random_ops
 from popjit.frontend.autograph import convert
 from popjit.frontend.convert import array_dtype
+from popjit.frontend.replication import REPLICATION_INDEX
 from popjit.frontend.tensor import Tensor, TensorShape
 from popjit.frontend.tracing import Trace, current_trace, tracing
 from popjit.frontend.variables import VARIABLES, Variable
@@ -129,6 +130,7 @@ class ConcreteFunction:
     jit_compile: bool | None = None
     _devices_compiled_for: set[Any] = field(default_factory=set)
     _fingerprint: str | None = None
+    _written: list[int] | None = None  # the ids of the variables the graph writes
 
     def executable(self, device: str) -> Any:
         """The compiled program for ``device``: compiled on first use, then taken from the executable
@@ -149,13 +151,28 @@ class ConcreteFunction:
         args = {k: _leaf_array(leaves[k]) for k, _ in self.graph.arg_params()}
         generator = devices.generator(device)
         variables = {vid: _variable_buffer(vid, generator) for vid in self.graph.variables}
-        outs = devices.execute(exe, device, args, variables, streams.FEEDS)
         ordinal = devices.ipu_ordinal(device)
+        if ordinal is not None and devices.get_device(ordinal).total_replicas > 1:
+            outs = devices.execute(exe, device, args, variables, streams.FEEDS, _versions(variables),
+                                   replica_views(generator))
+        else:
+            outs = devices.execute(exe, device, args, variables, streams.FEEDS)
+            self._wrote_variables()
         if ordinal is not None:
             devices.get_device(ordinal).record_run(exe)
         results = [Tensor.eager(o, device) for o in outs]
         leaves_out = [results[v] if kind == "result" else v for kind, v in self.out_spec]
         return nest.unflatten(self.out_tree, leaves_out)
+
+    def _wrote_variables(self) -> None:
+        """A run without replicas wrote the variables it updates as the host does: replicated devices'
+        replicas take their new values before their next run."""
+        if self._written is None:
+            self._written = [b.key for b in self.graph.result_bindings if b.kind == "var"]
+        for vid in self._written:
+            var = VARIABLES.get(vid)
+            if var is not None:
+                var._version += 1
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, _ = nest.flatten_with_tree((args, kwargs))
@@ -164,6 +181,17 @@ class ConcreteFunction:
     @property
     def structured_outputs(self) -> Any:
         return self.out_tree
+
+
+def _versions(variables: dict[int, np.ndarray]) -> dict[int, int]:
+    """How many times the host wrote each variable (see :meth:`Variable._write`)."""
+    return {vid: var._version for vid in variables if (var := VARIABLES.get(vid)) is not None}
+
+
+def replica_views(generator: devices.GeneratorState) -> dict[int, devices.ReplicaView]:
+    """The variables whose value is each replica's own: its generator's words and its replication index."""
+    return {random_ops.GENERATOR_WORDS.ref.id: generator.replica_words,
+            REPLICATION_INDEX.ref.id: lambda r: np.array(r, np.int32)}
 
 
 def _variable_buffer(vid: int, generator: devices.GeneratorState) -> np.ndarray:

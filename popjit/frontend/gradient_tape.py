@@ -358,6 +358,14 @@ class _GradOps:
         return dynamic_update_slice(operand, update, begin)
 
     @staticmethod
+    def apply_op(name: str, inputs: list[Tensor], **attrs: Any) -> Any:
+        """Apply the registry op ``name`` (one without a TensorFlow-named function, e.g. a collective)."""
+        # why: tracing is built on this module (importing it at the top would be circular)
+        from popjit.frontend.tracing import apply_op
+
+        return apply_op(name, inputs, **attrs)
+
+    @staticmethod
     def dynamic_slice(operand: Tensor, begin: Tensor, size: tuple[int, ...]) -> Tensor:
         """The ``size`` block of ``operand`` at the run-time position ``begin``, clamped to fit (as XLA)."""
         # why: tracing is built on this module (importing it at the top would be circular)

@@ -170,7 +170,7 @@ class GraphTrace(Trace):
 
         def initialize() -> None:
             for var in chosen:
-                var._buffer[...] = var._initial_value
+                var._write(var._initial_value)
                 var._initialized = True
 
         return Operation(self, name, before=[initialize])

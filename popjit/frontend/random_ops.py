@@ -148,7 +148,7 @@ def reset_generators() -> None:
     with _STATE.lock:
         _UNSEEDED[0] = 0
         for counter in _COUNTERS:
-            counter._buffer[...] = 0
+            counter._write(0)
 
 
 def _keyed_inputs(key: tuple[int, int], continue_stream: bool = True, seeded: bool = True) -> tuple[Tensor, Tensor]:

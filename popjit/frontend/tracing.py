@@ -249,7 +249,7 @@ def _trace_op(trace: Trace, op: registry.OpDef, inputs: Sequence[Any], attrs: di
               out_avals: tuple[Aval, ...]) -> list[Any]:
     values = [trace.value_of(t) for t in inputs]
     consts = [trace.const_values.get(v.uid) for v in values]
-    foldable = (values and all(c is not None for c in consts) and not op.effect and op.kind != registry.SOURCE
+    foldable = (values and all(c is not None for c in consts) and op.folds
                 and sum(a.size for a in out_avals) <= _CONST_FOLD_MAX_ELEMENTS)
     if foldable:
         result = op.reference(*consts, **attrs)

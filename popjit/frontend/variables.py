@@ -43,6 +43,7 @@ class Variable:
     __array_priority__ = 100
     _graph: Any = None  # the TF1 graph that made it (graph mode)
     _initialized = True  # False until a TF1 initializer runs
+    _version = 0  # how many times the host wrote its value (replicas take it again when it changes)
 
     def __init__(self, initial_value: Any = None, trainable: bool = True, validate_shape: bool = True,
                  caching_device: Any = None, name: str | None = None, variable_def: Any = None,
@@ -185,8 +186,13 @@ class Variable:
             if getattr(trace, "is_graph", False):
                 return trace.assign_result(stored)  # type: ignore[attr-defined]
         else:
-            self._buffer[...] = t.numpy()
+            self._write(t.numpy())
         return self if read_value else None
+
+    def _write(self, value: Any) -> None:
+        """Set the value from the host (every replica of a replicated device takes it before its next run)."""
+        self._buffer[...] = value
+        self._version += 1
 
     def assign_add(self, delta: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
         # why: math_ops is built on this module (importing it at the top would be circular)

@@ -32,7 +32,7 @@ from typing import Any
 
 from popjit import config as settings
 from popjit.codegen.numerics import DEFAULT, Numerics
-from popjit.errors import FailedPreconditionError, InvalidArgumentError, missing_attributes
+from popjit.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError, missing_attributes
 from popjit.flags import poplar_flags
 from popjit.ipu._options import (  # noqa: F401  (re-exported: they were defined here, as in Graphcore's module)
     NO_DESCRIPTION,
@@ -47,6 +47,7 @@ from popjit.ipu._options import (  # noqa: F401  (re-exported: they were defined
 )
 from popjit.pipeline import cache
 from popjit.runtime import device as devices
+from popjit.runtime import instances
 from popjit.schedule.target import VERSIONS
 
 log = logging.getLogger("popjit")
@@ -354,6 +355,10 @@ def _check_io_and_norms(cfg: IPUConfig) -> None:
         raise ValueError(f"io_tiles.num_io_tiles must be at least 0, not {cfg.io_tiles.num_io_tiles}.")
     if group < 1:
         raise ValueError("norms.experimental.distributed_batch_norm_replica_group_size must be at least 1.")
+    if group > 1:
+        raise UnimplementedError(
+            f"norms.experimental.distributed_batch_norm_replica_group_size = {group} is not supported by popjit: its "
+            "batch normalisation computes the statistics of each replica's own batch. Leave it at 1.")
 
 
 def _check_device_connection(cfg: IPUConfig) -> None:
@@ -378,6 +383,21 @@ def _check_multi_replica(cfg: IPUConfig, model: bool) -> None:
     if mrd.process_count and not 0 <= mrd.process_index < mrd.process_count:
         raise ValueError("experimental.multi_replica_distribution.process_index must be in the range "
                          "[0, experimental.multi_replica_distribution.process_count).")
+    if mrd.process_count:
+        _check_instances(mrd.process_count, mrd.process_index)
+
+
+def _check_instances(count: int, index: int) -> None:
+    """``multi_replica_distribution`` must describe the instances this program really runs as (poprun's)."""
+    world = instances.world()
+    advice = ("Start the program with `popjit poprun --num-instances N ...`, and set the options from popdist: "
+              "popdist.tensorflow.set_ipu_config(config, ...) or PopDistStrategy().update_ipu_config(config).")
+    if count != world.count:
+        raise ValueError(f"experimental.multi_replica_distribution.process_count is {count}, but this program runs "
+                         f"as {world.count} instance{'s' if world.count > 1 else ''}. {advice}")
+    if index != world.index:
+        raise ValueError(f"experimental.multi_replica_distribution.process_index is {index}, but this process is "
+                         f"instance {world.index} of {world.count}. {advice}")
 
 
 def _check_ipu_model(cfg: IPUConfig, model: bool) -> None:
@@ -465,8 +485,27 @@ def plan(cfg: IPUConfig, flags: Any = None) -> SystemPlan:
     _check_ipu_model(cfg, model)
     _check_poplar_options(cfg)
     counts = _device_counts(cfg)
+    _check_replica_identity(cfg, counts)
     return SystemPlan(counts, _target_version(cfg, model), _tiles_per_ipu(cfg, flags.ipu_model_tiles), model,
                       _numerics(cfg))
+
+
+def _check_replica_identity(cfg: IPUConfig, counts: tuple[int, ...]) -> None:
+    """Refuse the options that keep replicas identical under stochastic rounding, on a device whose programs
+    run as several replicas: popjit does not find which values are replica identical, so it cannot do
+    what they ask (on one replica every value is, and they change nothing)."""
+    if max(counts, default=1) == 1:
+        return
+    if cfg.floating_point_behaviour.esr == StochasticRoundingBehaviour.REPLICA_IDENTICAL_ONLY:
+        raise UnimplementedError(
+            "floating_point_behaviour.esr = StochasticRoundingBehaviour.REPLICA_IDENTICAL_ONLY on a device of several "
+            "IPUs (replicas) is not supported by popjit: it does not tell replica-identical values from the others. "
+            "Use StochasticRoundingBehaviour.ON (each replica rounds with its own seed) or OFF.")
+    if cfg.experimental.enable_prng_stability:
+        raise UnimplementedError(
+            "experimental.enable_prng_stability on a device of several IPUs (replicas) is not supported by popjit. "
+            "Remove it; ipu.utils.reset_ipu_seed(seed, experimental_identical_replicas=True) makes every replica "
+            "draw the same random numbers.")
 
 
 def _numerics(cfg: IPUConfig) -> Numerics:

@@ -19,9 +19,7 @@ from popjit import dtypes
 from popjit.errors import (
     FailedPreconditionError,
     OutOfRangeError,
-    UnimplementedError,
     missing_attributes,
-    multi_ipu_message,
 )
 from popjit.frontend import graph_mode, nest
 from popjit.frontend.tensor import Tensor, TensorShape
@@ -58,8 +56,9 @@ _log = logging.getLogger("popjit")
 
 def legacy_feed_options(queue: str, kwargs: dict[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
     """The SDK 1.x keyword arguments of an infeed or outfeed (``known`` of them), checked: ``feed_name``
-    named the feed and is no longer used (a warning, as in SDK 2.x); ``replication_factor`` other than 1
-    needs replication, which popjit does not run; ``data_to_prefetch`` is ``prefetch_depth``'s old name;
+    named the feed and is no longer used (a warning, as in SDK 2.x); ``replication_factor`` must be a
+    positive int, and the programs using the feed must run as that many replicas (checked when one runs);
+    ``data_to_prefetch`` is ``prefetch_depth``'s old name;
     ``outfeed_all`` chooses the outfeed mode; ``io_batch_size`` (how many enqueued values SDK 1.x sent to
     the host at once) changes no value; any other name is a TypeError."""
     for name in kwargs:
@@ -67,8 +66,9 @@ def legacy_feed_options(queue: str, kwargs: dict[str, Any], known: tuple[str, ..
             raise TypeError(f"{queue}.__init__() got an unexpected keyword argument '{name}'")
     if "feed_name" in kwargs:
         _log.warning("%s: the feed_name argument is deprecated and is no longer used.", queue)
-    if kwargs.get("replication_factor", 1) != 1:
-        raise UnimplementedError(multi_ipu_message(f"{queue}(replication_factor={kwargs['replication_factor']})"))
+    factor = kwargs.get("replication_factor", 1)
+    if type(factor) is not int or factor < 1:
+        raise ValueError(f"{queue}: replication_factor must be a positive int, not {factor!r}.")
     return kwargs
 
 
@@ -86,6 +86,7 @@ class IPUInfeedQueue:
         self._prefetch_depth = _check_prefetch(legacy.get("data_to_prefetch", prefetch_depth))
         self._avals = [Aval(tuple(_spec_shape(s)), dtypes.as_dtype(s.dtype)) for s in self._specs]
         self._id = streams.register(self)
+        self.replication_factor: int | None = legacy.get("replication_factor")  # SDK 1.x: the replicas reading it
         self._iterator: Any = None
         self._deleted = False
         self._dequeued = False

@@ -52,6 +52,7 @@ class IPUOutfeedQueue:
             raise ValueError("Outfeed buffer depth cannot be less than 1")
         self._mode = mode
         self._device_ordinal = device_ordinal
+        self.replication_factor: int | None = legacy.get("replication_factor")  # SDK 1.x: the replicas writing it
         self._id = streams.register(self)
         self._tree: Any = None
         self._avals: list[Aval] = []
@@ -59,6 +60,7 @@ class IPUOutfeedQueue:
         self._last: list[np.ndarray] | None = None
         self._enqueued = False
         self._deleted = False
+        self._replicas = 1  # the replicas of the last program that wrote to it
 
     @property
     def enqueued(self) -> bool:
@@ -95,6 +97,14 @@ class IPUOutfeedQueue:
         else:
             self._last = arrays
 
+    def put_replicated(self, per_replica: list[list[np.ndarray]]) -> None:
+        """Receive one execution's values from every replica of a replicated program (called by the runtime):
+        they gain a replica dimension, after the enqueue dimension in ALL mode (``[n, replicas, ...]``) and
+        first in LAST mode (``[replicas, ...]``)."""
+        axis = 1 if self._mode is IPUOutfeedMode.ALL else 0
+        self._replicas = len(per_replica)
+        self.put([np.stack(values, axis=axis) for values in zip(*per_replica)])
+
     def dequeue(self, wait_for_completion: bool = False) -> Any:
         """Everything enqueued since the last dequeue, structured as enqueued (NumPy arrays): stacked on a
         new leading axis in ALL mode, only the final value in LAST mode."""
@@ -108,8 +118,9 @@ class IPUOutfeedQueue:
     def _dequeue_now(self) -> Any:
         if self._mode is IPUOutfeedMode.LAST:
             return nest.unflatten(self._tree, self._take_last())
-        stacked = [np.concatenate([d[k] for d in self._data]) if self._data else np.zeros((0, *a.shape), a.dtype.np)
-                   for k, a in enumerate(self._avals)]
+        replicas = (self._replicas,) if self._replicas > 1 else ()
+        stacked = [np.concatenate([d[k] for d in self._data]) if self._data
+                   else np.zeros((0, *replicas, *a.shape), a.dtype.np) for k, a in enumerate(self._avals)]
         self._data = []
         return nest.unflatten(self._tree, stacked)
 

@@ -28,12 +28,14 @@ from popjit.frontend import math_ops, nest
 from popjit.frontend.autograph import convert
 from popjit.frontend.device import device
 from popjit.frontend.function import ConcreteFunction, Function
+from popjit.frontend.replication import cross_replica_mean, cross_replica_sum
 from popjit.frontend.tensor import Tensor
 from popjit.frontend.tracing import current_trace
 from popjit.ipu.ipu_infeed_queue import IPUOwnedIterator
 from popjit.ipu.ipu_outfeed_queue import IPUOutfeedMode, IPUOutfeedQueue
 from popjit.ir.graph import Aval
-from popjit.runtime.device import canonical, ipu_ordinal
+from popjit.runtime import device as devices
+from popjit.runtime.device import canonical, ipu_ordinal, is_ipu_device
 
 _EAGER_RUN = ("IPUStrategyV1.run(fn, ...) does not support eager execution. Either convert `fn` into a "
               "tf.function or consider calling strategy.run inside a tf.function.")
@@ -78,6 +80,13 @@ class IPUStrategyV1:
     def num_replicas_in_sync(self) -> int:
         """Always 1: replication is expressed inside the program, not by the strategy."""
         return 1
+
+    @property
+    def _replication_factor(self) -> int:
+        """How many replicas the programs it runs have: its device's IPUs (1 before the system is configured)."""
+        if not devices.is_configured():
+            return 1
+        return devices.get_device(self._device_ordinal).replicas
 
     @property
     def extended(self) -> IPUStrategyV1:
@@ -156,12 +165,18 @@ class IPUStrategyV1:
 
     # -- values ------------------------------------------------------------------------------------
     def reduce(self, reduce_op: Any, value: Any, axis: Any = None) -> Any:
-        """Combine ``value`` across replicas (one here: unchanged), then over ``axis`` if given.
+        """Combine ``value`` across replicas, then over ``axis`` if given.
 
+        Inside a program on the IPU (a ``tf.function`` run by :meth:`run`), ``SUM`` is a cross-replica sum
+        and ``MEAN`` a cross-replica mean over all the device's replicas; on the host (a value
+        :meth:`run` returned, which is replica 0's) the value is unchanged, as in Graphcore's strategy.
         ``reduce_op`` is ``ReduceOp.SUM`` or ``ReduceOp.MEAN`` (or their names); anything else raises
         ``ValueError("Unsupported reduce op: ...")``.
         """
         op = ReduceOp.from_any(reduce_op)
+        if current_trace() is not None and is_ipu_device(context.current_device()):
+            across = cross_replica_sum if op is ReduceOp.SUM else cross_replica_mean
+            value = nest.map_structure(across, value)
         if axis is None:
             return value
 

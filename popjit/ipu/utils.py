@@ -80,14 +80,16 @@ def reset_ipu_seed(seed: int, device: str = "/device:IPU:0", cpu_device: str = "
     ``tf.random.set_seed`` or a ``seed`` argument (which, until the first reset, keep the streams
     those seeds give), and stochastic rounding. Every compiled random op restarts its stream, on
     every device. Stateless random ops (``tf.random.stateless_*``) are unaffected, as on the IPU.
-    ``experimental_identical_replicas`` changes nothing (there is one replica).
+    On a device of several IPUs each replica's generator has its own seed derived from ``seed``, so
+    replicas draw different numbers (different dropout masks), unless ``experimental_identical_replicas``
+    makes every replica draw what replica 0 draws.
     """
     if type(seed) is not int:
         raise TypeError(f"reset_ipu_seed: seed must be an int, not {seed!r}.")
     ordinal = ipu_ordinal(canonical(device))
     if ordinal is None:
         raise ValueError(f"reset_ipu_seed: {device!r} is not an IPU device; use e.g. '/device:IPU:0'.")
-    devices.get_device(ordinal).generator.reseed(seed)
+    devices.get_device(ordinal).generator.reseed(seed, bool(experimental_identical_replicas))
     random_ops.reset_generators()
     _SEEDS[ordinal] = (seed, bool(experimental_identical_replicas))
 

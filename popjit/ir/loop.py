@@ -494,6 +494,39 @@ class Copy(Stmt):
         return {self.dst}
 
 
+#: The collectives a :class:`Collective` performs (Graphcore's replicated all-reduce, all-gather,
+#: reduce-scatter and all-to-all; ``index`` is the replica's own index).
+COLLECTIVE_OPS = ("sum", "mean", "max", "min", "prod", "gather", "reduce_scatter", "all_to_all")
+
+
+@dataclass(eq=False)
+class Collective(Stmt):
+    """An exchange between the replicas of a replicated program: ``dst`` of this replica from ``src``
+    of every replica in its group (``group`` consecutive replicas; 0: all of them).
+
+    ``op``: ``sum``/``mean``/``max``/``min``/``prod`` (all-reduce, ``dst`` shaped as ``src``), ``gather``
+    (``dst[k]`` is replica k's ``src``), ``reduce_scatter`` (``src`` rank 1, reduced by ``reduce``, this
+    replica's ``ceil(n/group)`` part of it, zero-padded), ``all_to_all`` (``src`` split in ``group`` parts
+    along ``split_axis``, part r of every replica concatenated along ``concat_axis``). The host performs
+    it while the replicas wait at a barrier (:mod:`popjit.runtime.replicas`)."""
+
+    name: str
+    op: str
+    dst: Buffer
+    src: Buffer
+    group: int = 0
+    reduce: str = "sum"
+    split_axis: int = 0
+    concat_axis: int = 0
+    visit_method: ClassVar[str] = "visit_collective"
+
+    def reads(self) -> set[Buffer]:
+        return {self.src}
+
+    def writes(self) -> set[Buffer]:
+        return {self.dst}
+
+
 @dataclass(eq=False)
 class Repeat(Stmt):
     """Run ``body`` a fixed number of times (Poplar ``Repeat``)."""
@@ -745,7 +778,7 @@ class StmtVisitor(LoopFunctor):
     def visit_kernel(self, s: Stmt) -> None:
         pass
 
-    visit_matmul = visit_copy = visit_kernel
+    visit_matmul = visit_copy = visit_collective = visit_kernel
 
     def visit_repeat(self, s: Repeat) -> None:
         self.block(s.body)
@@ -769,7 +802,7 @@ class StmtMutator(LoopFunctor):
     def visit_kernel(self, s: Stmt) -> Stmt | None:
         return s
 
-    visit_matmul = visit_copy = visit_kernel
+    visit_matmul = visit_copy = visit_collective = visit_kernel
 
     def visit_repeat(self, s: Repeat) -> Stmt | None:
         return Repeat(s.count, self.block(s.body))

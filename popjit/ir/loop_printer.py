@@ -12,6 +12,7 @@ from collections.abc import Callable
 from popjit.ir.loop import (
     Apply,
     Buffer,
+    Collective,
     Const,
     Copy,
     Expr,
@@ -134,6 +135,10 @@ class StmtFormatter(StmtVisitor):
 
     def visit_copy(self, s: Copy) -> None:
         self.line(f"copy {s.dst.name} <- {s.src.name}")
+
+    def visit_collective(self, s: Collective) -> None:
+        group = f" group {s.group}" if s.group else ""
+        self.line(f"{s.dst.name} = replicas.{s.op}({s.src.name}){group}")
 
     def visit_repeat(self, s: Repeat) -> None:
         self.line(f"repeat {s.count}:")

@@ -79,6 +79,12 @@ class OpDef:
     def is_elementwise(self) -> bool:
         return self.kind in ELEMENTWISE_KINDS
 
+    @property
+    def folds(self) -> bool:
+        """Whether a node of this op whose inputs are constants may be replaced by its value: not a
+        source, an effect, or a cross-replica op (whose value depends on the other replicas)."""
+        return not self.effect and self.kind != SOURCE and not self.extra.get("replicated")
+
 
 REGISTRY: dict[str, OpDef] = {}
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from popjit.frontend import api as tf
+from popjit.frontend.replication import sum_across_replicas
 from popjit.keras import backend, initializers, schedules
 
 log = logging.getLogger("popjit")
@@ -242,12 +243,20 @@ class OptimizerV2:
     def apply_gradients(self, grads_and_vars: Any, name: str | None = None,
                         experimental_aggregate_gradients: bool = True) -> tf.Variable:
         """Update each variable from its gradient (pairs with a None gradient are skipped with a
-        warning) and count the step in :attr:`iterations`."""
+        warning) and count the step in :attr:`iterations`.
+
+        In a program run by several replicas (a device of several IPUs), each gradient is first summed
+        over the replicas, as TensorFlow's distribution strategies and Graphcore's IPUStrategy do (a sum,
+        not a mean: the loss is not scaled by the replica count), unless ``experimental_aggregate_gradients``
+        is False; clipping then applies to the sums."""
         pairs = _filter_grads(grads_and_vars)
         var_list = [v for _, v in pairs]
         self._create_all_weights(var_list)
         if pairs:
-            grads = self._transform_gradients([tf.convert_to_tensor(g) for g, _ in pairs])
+            grads = [tf.convert_to_tensor(g) for g, _ in pairs]
+            if experimental_aggregate_gradients:
+                grads = sum_across_replicas(grads)
+            grads = self._transform_gradients(grads)
             states = self._prepare(var_list)
             for grad, var in zip(grads, var_list):
                 if grad.dtype != var.dtype:

@@ -81,8 +81,8 @@ class DataHandler:
 
     def __init__(self, x: Any, y: Any = None, sample_weight: Any = None, batch_size: int | None = None,
                  steps: int | None = None, shuffle: bool = False, class_weight: dict | None = None,
-                 on_ipu: bool = False, steps_per_execution: int = 1, mode: str = "train") -> None:
-        self.on_ipu, self.mode = on_ipu, mode
+                 on_ipu: bool = False, steps_per_execution: int = 1, mode: str = "train", replicas: int = 1) -> None:
+        self.on_ipu, self.mode, self.replicas = on_ipu, mode, replicas
         self.feeds: tuple[Any, Any] | None = None  # the infeed and outfeed bound to this data on the IPU
         self.sequence: Any = None  # a keras.utils.Sequence (host execution only)
         if _is_dataset(x):
@@ -101,6 +101,8 @@ class DataHandler:
                              "with tf.data.Dataset.from_generator().")
         else:
             self._init_arrays(x, y, sample_weight, batch_size, steps, shuffle, class_weight)
+        if on_ipu and replicas > 1:
+            self._distribute(steps)
         self.steps_per_execution = self._execution_size(steps_per_execution) if on_ipu else 1
 
     # -- sources -------------------------------------------------------------------------------------
@@ -143,12 +145,36 @@ class DataHandler:
                              f"generate at least {steps} batches (currently it can only generate {size} batches). You "
                              "may need to use the repeat() function when building your dataset.")
         self.dataset, self.arrays, self.shuffle = dataset, None, False
+        self._cardinality = size
         # None: a host epoch runs until a dataset of unknown size ends, as in Keras
         self.steps = int(steps) if steps is not None else (size if size >= 0 else None)
 
     def _init_sequence(self, sequence: Any, steps: int | None, shuffle: bool) -> None:
         self.sequence, self.dataset, self.arrays, self.shuffle = sequence, None, None, shuffle
         self.steps = int(steps) if steps is not None else len(sequence)
+
+    def _distribute(self, steps: int | None) -> None:
+        """Make :attr:`steps` count each replica's steps: every step of a replicated program takes one batch
+        per replica. Given ``steps`` are per replica and need that many batches for every replica (K6);
+        otherwise the batches are shared out evenly and the remainder dropped (logged, as Graphcore's Keras)."""
+        r = self.replicas
+        size = getattr(self, "samples", None)
+        batches = size // self.batch_size if size is not None else self._cardinality
+        if steps is not None:
+            if 0 <= batches < steps * r:
+                raise ValueError(f"The provided dataset contains {batches} items, but all {r} replicas are requested "
+                                 f"to run {steps} steps each. Make sure the dataset contains at least {steps * r} "
+                                 "items.")
+            return
+        if self.steps is None:
+            return
+        if self.steps % r:
+            log.info("Dataset of length %d is being evenly distributed between %d replicas. The remaining %d batches "
+                     "will be dropped.", self.steps, r, self.steps % r)
+        if self.steps < r:
+            raise ValueError(f"The provided dataset contains {self.steps} items, but all {r} replicas are requested to "
+                             f"run 1 steps each. Make sure the dataset contains at least {r} items.")
+        self.steps //= r
 
     def _execution_size(self, steps_per_execution: int) -> int:
         spe = int(steps_per_execution or 1)
@@ -158,7 +184,7 @@ class DataHandler:
             spe = self.steps
         if self.mode != "predict" and self.steps % spe:
             raise ValueError("`steps_per_execution` must be a divisor of the number of batches in the dataset "
-                             "provided.")
+                             f"provided{' to this replica' if self.replicas > 1 else ''}.")
         return spe
 
     # -- iteration -----------------------------------------------------------------------------------
@@ -211,6 +237,11 @@ class DataHandler:
             n = min(self.steps_per_execution, self.steps - step)
             yield step, n
             step += n
+
+
+def replicas(strategy: Any) -> int:
+    """How many replicas the programs ``strategy`` runs have (1 on the host)."""
+    return strategy._replication_factor if strategy is not None else 1
 
 
 def _lists_to_tuples(structure: Any) -> Any:
@@ -303,8 +334,8 @@ class TrainingAPI:
         return gradient_accumulation.GradientAccumulator(self.optimizer, steps, reduction,
                                                          1.0 / steps if normalize else 1.0)
 
-    def _check_gradient_accumulation(self, on_ipu: bool, batch_size: int | None) -> None:
-        """Graphcore's checks and log line when training with gradient accumulation."""
+    def _check_gradient_accumulation(self, on_ipu: bool) -> None:
+        """Graphcore's checks when training with gradient accumulation."""
         if getattr(self, "_accumulator", None) is None:
             return
         steps = self._accumulator.steps
@@ -321,9 +352,19 @@ class TrainingAPI:
                 f"`gradient_accumulation_steps_per_replica` ({steps}). You need to adjust either "
                 "`steps_per_execution` or`gradient_accumulation_steps_per_replica` to make sure that "
                 "`steps_per_execution` is divisible by `gradient_accumulation_steps_per_replica`.")
-        if batch_size:
+
+    def _log_effective_batch(self, handler: DataHandler) -> None:
+        """Graphcore's log of the batch one weight update sees, when gradients are accumulated or replicated."""
+        steps = self._accumulator.steps if getattr(self, "_accumulator", None) is not None else 1
+        batch = getattr(handler, "batch_size", None)
+        if batch is None and handler.dataset is not None:
+            batch = tf.nest.flatten(handler.dataset.element_spec)[0].shape[0]
+        if handler.replicas > 1:
+            log.info("Training is distributed across %d replicas, your effective batch size is %d.", handler.replicas,
+                     (batch or 1) * steps * handler.replicas)
+        elif steps > 1 and batch:
             log.info("Training is accumulating gradients over %d steps of %d samples: your effective batch size "
-                     "is %d.", steps, batch_size, steps * batch_size)
+                     "is %d.", steps, batch, steps * batch)
 
     def _check_variables_in(self, strategy: Any) -> None:
         """Keras's rule: a model compiled in a strategy's scope was also created in it."""
@@ -489,6 +530,27 @@ class TrainingAPI:
 
         return run
 
+    def _replicated_logs(self, out: dict[str, Any], replicas: int) -> dict[str, Any]:
+        """One execution's logs from every replica's: replica 0's, or their mean or sum, as
+        :meth:`set_replication_options` says (the outfeed's replica axis is first in LAST mode, second in ALL)."""
+        if replicas == 1:
+            return out
+        axis = 1 if self._async_callbacks() else 0
+        method = getattr(self, "_replicated_metric_reduction", "NONE")
+        combine = {"NONE": lambda a: np.take(a, 0, axis=axis), "MEAN": lambda a: np.mean(a, axis=axis),
+                   "SUM": lambda a: np.sum(a, axis=axis)}[method]
+        return {k: combine(np.asarray(v)) for k, v in out.items()}
+
+    def set_replication_options(self, replicated_metric_reduction_method: Any = "NONE") -> None:
+        """Graphcore's extension: how the losses and metrics of a replicated model's replicas combine into
+        the logs: ``"NONE"`` (replica 0's, the default), ``"MEAN"`` or ``"SUM"`` (or
+        ``ReplicatedMetricReductionMethod``'s members)."""
+        method = getattr(replicated_metric_reduction_method, "name", replicated_metric_reduction_method)
+        if not isinstance(method, str) or method.upper() not in ("NONE", "MEAN", "SUM"):
+            raise ValueError(f"Cannot parse {replicated_metric_reduction_method!r} as a replicated metric reduction "
+                             "method: expected one of NONE, MEAN, SUM.")
+        self._replicated_metric_reduction = method.upper()
+
     def _async_callbacks(self) -> bool:
         return bool(getattr(self, "_asynchronous_callbacks", False))
 
@@ -506,7 +568,7 @@ class TrainingAPI:
             return logs
         for first, n in handler.executions():
             callbacks.on_batch_begin(mode, first)
-            out = self._device_function(strategy, mode, handler, n)()
+            out = self._replicated_logs(self._device_function(strategy, mode, handler, n)(), handler.replicas)
             if self._async_callbacks():
                 for k in range(n):
                     logs = _numpy_logs({name: np.asarray(v)[k] for name, v in out.items()}, self.metrics_names)
@@ -531,8 +593,9 @@ class TrainingAPI:
         if validation_split and validation_data is None:
             x, y, sample_weight, validation_data = _split(x, y, sample_weight, validation_split)
         handler = DataHandler(x, y, sample_weight, batch_size, steps_per_epoch, shuffle, class_weight,
-                              self._device_loop(strategy), self._steps_per_execution, "train")
-        self._check_gradient_accumulation(self._device_loop(strategy), getattr(handler, "batch_size", None))
+                              self._device_loop(strategy), self._steps_per_execution, "train", replicas(strategy))
+        self._check_gradient_accumulation(self._device_loop(strategy))
+        self._log_effective_batch(handler)
         self._build_for(handler)
         cbs = callbacks_mod.configure(callbacks, self, True, verbose, epochs=epochs, steps=handler.steps,
                                       mode="train")
@@ -563,7 +626,7 @@ class TrainingAPI:
         strategy = self._check_call("evaluate")
         verbose = 1 if verbose == "auto" else int(verbose)
         handler = DataHandler(x, y, sample_weight, batch_size, steps, False, None, self._device_loop(strategy),
-                              self._steps_per_execution, "test")
+                              self._steps_per_execution, "test", replicas(strategy))
         self._build_for(handler)
         cbs = callbacks_mod.configure(callbacks, self, False, verbose, steps=handler.steps, mode="test")
         self.reset_metrics()
@@ -582,7 +645,7 @@ class TrainingAPI:
         strategy = self._check_call("predict", needs_compile=False)
         verbose = 1 if verbose == "auto" else int(verbose)
         handler = DataHandler(x, None, None, batch_size, steps, False, None, self._device_loop(strategy),
-                              getattr(self, "_steps_per_execution", 1), "predict")
+                              getattr(self, "_steps_per_execution", 1), "predict", replicas(strategy))
         if not hasattr(self, "_functions"):
             self._functions = {}
         self._build_for(handler)
@@ -599,7 +662,8 @@ class TrainingAPI:
             for first, n in handler.executions():
                 cbs.on_batch_begin("predict", first)
                 out = self._device_function(strategy, "predict", handler, n)()
-                outputs.append(tf.nest.map_structure(lambda a: a.reshape(-1, *a.shape[2:]), out))
+                lead = 2 if handler.replicas == 1 else 3  # [steps, (replicas,) batch, ...]: batch i*R + r in order
+                outputs.append(tf.nest.map_structure(lambda a, lead=lead: a.reshape(-1, *a.shape[lead:]), out))
                 cbs.on_batch_end("predict", first + n - 1, {"outputs": outputs[-1]})
         cbs.on_end("predict")
         if not outputs:

@@ -16,6 +16,7 @@ import numpy as np
 from popjit.ir.loop import (
     Apply,
     Buffer,
+    Collective,
     Const,
     Copy,
     IDiv,
@@ -37,6 +38,7 @@ from popjit.ir.loop import (
     While,
 )
 from popjit.ops import registry
+from popjit.ops.collectives import collective_result
 from popjit.ops.reduce import REDUCTIONS
 
 Memory = dict[int, np.ndarray]
@@ -161,6 +163,14 @@ class Runner(StmtVisitor):
 
     def visit_copy(self, s: Copy) -> None:
         self.mem[s.dst.uid][...] = self.mem[s.src.uid]
+
+    def visit_collective(self, s: Collective) -> None:
+        """One replica alone: a group of one (a replicated program runs on the engine, not here)."""
+        if s.group > 1:
+            raise ValueError(f"{s.name}: a collective over groups of {s.group} replicas needs a replicated run")
+        src = self.mem[s.src.uid].reshape(s.src.shape)
+        self.mem[s.dst.uid][...] = collective_result(s.op, [src], 0, s.reduce, s.split_axis,
+                                                     s.concat_axis).reshape(-1)
 
     def visit_repeat(self, s: Repeat) -> None:
         for _ in range(s.count):

@@ -2,6 +2,7 @@
 
 from popjit.ir.opdef import REGISTRY, OpDef, facet, register  # noqa: F401
 from popjit.ops import (  # noqa: F401
+    collectives,
     control_flow,
     conv,
     elementwise,

@@ -20,6 +20,7 @@ from popjit.codegen.compile import load_engine
 from popjit.codegen.engine import render_engine
 from popjit.codegen.numerics import DEFAULT, Numerics
 from popjit.codegen.phases import Phases
+from popjit.errors import InvalidArgumentError
 from popjit.graph.passes import accumulate_blocks, const_fold, cse, dce, merge_replayed_loops, plan_fusion
 from popjit.graph.passes.loops import prune_loop_state
 from popjit.graph.verify import verify
@@ -27,6 +28,7 @@ from popjit.ir.graph import Graph
 from popjit.ir.loop import Program
 from popjit.loop import passes as loop_passes
 from popjit.loop.lower import lower
+from popjit.ops import registry
 from popjit.pipeline import store
 from popjit.pipeline.executable import Executable
 from popjit.profile import ReportOptions, report_options, write_report
@@ -152,12 +154,46 @@ def _load_kept(key: str, name: str, target: Target | None) -> Executable | None:
     return exe
 
 
+def check_replication(graph: Graph, target: Target | None) -> None:
+    """Raise for a cross-replica op the program cannot run: in a host program (no replicas: Graphcore's
+    ops have no CPU kernel), or over groups of replicas that do not divide the program's replicas."""
+    replicas = target.replicas if target is not None else 0
+    for node in graph.walk():
+        if not registry.get(node.op).extra.get("replicated"):
+            continue
+        at = f"\n  at {node.loc.describe()}" if node.loc else ""
+        if target is None:
+            raise InvalidArgumentError(
+                f"Detected unsupported operations when trying to compile graph {graph.name} on the host: the "
+                f"cross-replica operation {node.op} runs only in a program on an IPU device (IPUStrategy.run, "
+                f"tf.device('/device:IPU:0') or jit_compile=True).{at}")
+        group = node.attrs.get("group", 0)
+        if group and replicas % group:
+            raise InvalidArgumentError(
+                f"The cross-replica operation {node.op} works in groups of {group} replicas, but '{graph.name}' runs "
+                f"as {replicas} replica{'s' if replicas > 1 else ''}: the number of replicas must be a multiple of "
+                f"the group size. Attach a device of a multiple of {group} IPUs (cfg.auto_select_ipus).{at}")
+
+
+def single_replica(graph: Graph, target: Target | None) -> None:
+    """In a program run by one replica, a sum over all replicas (an optimizer's gradient aggregation) is
+    the value itself: those nodes become identities, so an unreplicated program pays nothing for them."""
+    if target is not None and target.replicas > 1:
+        return
+    for node in graph.walk():
+        if node.op == "all_reduce" and node.attrs.get("group", 0) <= 1:
+            node.op, node.attrs = "identity", {}
+
+
 def _compile(graph: Graph, target: Target | None, numerics: Numerics) -> Executable:
+    check_replication(graph, target)
     phases = Phases(graph.name)
     log.info("Starting phase: graphConstruction of '%s'", graph.name)
     _dump(2, f"graph IR of {graph.name}", graph.as_text)
     with phases.phase("graph passes"):
-        graph = optimize_graph(graph.copy())  # the passes rewrite graphs in place; the caller's stays as traced
+        graph = graph.copy()  # the passes rewrite graphs in place; the caller's stays as traced
+        single_replica(graph, target)
+        graph = optimize_graph(graph)
     _dump(2, f"optimized graph IR of {graph.name}", graph.as_text)
     with phases.phase("lowering"):
         program = lower_graph(graph)

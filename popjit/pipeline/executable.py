@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from popjit.codegen.engine import EngineSource, storage_dtype
+from popjit.codegen.engine import COLLECTIVE_CALLEE, EngineSource, storage_dtype
 from popjit.codegen.library import LibraryStore
 from popjit.codegen.numerics import TRAPPED, trap_names
 from popjit.errors import FailedPreconditionError, InternalError
@@ -60,7 +60,7 @@ class HostFeeds(Protocol):
 _ENGINE_LOCK = threading.Lock()
 
 
-def _engine_guard() -> contextlib.AbstractContextManager:
+def engine_guard() -> contextlib.AbstractContextManager:
     """Serialise engines under Numba's workqueue layer, which aborts the process when two threads
     launch parallel code at once; other layers let engines from different threads overlap."""
     return _ENGINE_LOCK if threading_layer() == "workqueue" else contextlib.nullcontext()
@@ -86,6 +86,11 @@ class Executable:
         self._const_views = [device_view(b.value, b) for b in self.program.consts]  # type: ignore[arg-type]
 
     @property
+    def program_has_collectives(self) -> bool:
+        """Whether the program exchanges values with other replicas (calls the collective host function)."""
+        return any(c.name == COLLECTIVE_CALLEE for c in self.engine_source.callees)
+
+    @property
     def schedule(self) -> Schedule | None:
         """The program's tile schedule on its IPU (None for a host program)."""
         if self._schedule is None and self.target is not None:
@@ -93,11 +98,14 @@ class Executable:
         return self._schedule
 
     def run(self, args: Sequence[np.ndarray], variables: dict[int, np.ndarray],
-            feeds: HostFeeds | None = None, rounding: np.ndarray | None = None) -> list[np.ndarray]:
+            feeds: HostFeeds | None = None, rounding: np.ndarray | None = None,
+            stop: np.ndarray | None = None) -> list[np.ndarray]:
         """Run with positional ``args``; ``variables`` (id → device buffer) are updated in place; a
         program with streams reads and writes them through ``feeds``. ``rounding``: the device's
         stochastic-rounding state (int64 ``[key word, key word, call number]``), for a program
-        compiled with stochastic rounding."""
+        compiled with stochastic rounding. ``stop``: the flag the engine polls, when the caller (the
+        replicas of a replicated run, :mod:`popjit.runtime.replicas`) shares one between engines and
+        watches for Ctrl-C and for the workqueue layer itself; by default the run does both."""
         p = self._check_feeds(feeds)
         fed = feeds.take_inputs(p) if p.stream_in else {}  # first: a dry infeed fails before anything runs
         outs = [np.empty(b.shape, b.dtype.np) for b in p.outs]
@@ -105,7 +113,10 @@ class Executable:
         buffers = self._buffers(args, variables, outs, fed, drained)
         state = self._rounding_state(rounding)
         saved = self._saved_state(variables, state)
-        with _engine_guard(), interrupts.watching() as stop:
+        with contextlib.ExitStack() as watch:
+            if stop is None:
+                watch.enter_context(engine_guard())
+                stop = watch.enter_context(interrupts.watching())
             stopped = self.engine(buffers, self.engine_source.ints, self.engine_source.floats, stop, state,
                                   program=self.graph.name, store=self.library_store)
         if stopped & TRAPPED:

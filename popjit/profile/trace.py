@@ -17,10 +17,11 @@ from popjit.schedule import program as prog
 #: Events a trace holds before it folds the remaining iterations of each loop into one event.
 TRACE_LIMIT = 10_000
 
-KINDS = ("compute", "exchange", "sync", "loop")
+KINDS = ("compute", "exchange", "link", "sync", "loop")
 
 #: The colour of each kind of event in the charts.
-KIND_COLOURS = {"compute": "#1f77b4", "exchange": "#ff7f0e", "sync": "#7f7f7f", "loop": "#2ca02c"}
+KIND_COLOURS = {"compute": "#1f77b4", "exchange": "#ff7f0e", "link": "#d62728", "sync": "#7f7f7f",
+                "loop": "#2ca02c"}
 
 
 @dataclass
@@ -70,8 +71,8 @@ def execution_trace(tree: prog.Node, limit: int = TRACE_LIMIT) -> Trace:
 
 
 def cycles_by_kind(node: prog.Node) -> dict[str, int]:
-    """Cycles of one run of ``node`` spent in compute, exchange and sync (loops multiplied)."""
-    out = dict.fromkeys(KINDS[:3], 0)
+    """Cycles of one run of ``node`` spent in compute, exchange, IPU-Link traffic and sync (loops multiplied)."""
+    out = dict.fromkeys(KINDS[:4], 0)
     if isinstance(node, prog.Execute):
         for kind, cycles in node.cs.phases:
             out[kind] += cycles

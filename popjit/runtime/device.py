@@ -24,6 +24,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -33,6 +34,8 @@ from popjit import config
 from popjit.codegen.numerics import DEFAULT, Numerics
 from popjit.errors import InvalidArgumentError, UnimplementedError
 from popjit.flags import poplar_flags
+from popjit.runtime import instances
+from popjit.runtime.replicas import ReplicaStore, ReplicaView, run_alone, run_replicated
 from popjit.schedule.target import Target, make_target
 from popjit.source import where
 
@@ -105,12 +108,32 @@ class GeneratorState:
 
     words: np.ndarray = field(default_factory=lambda: np.concatenate([np.zeros(2, np.int32), _random_words(2)]))
     rounding: np.ndarray = field(default_factory=lambda: np.append(_random_words(2).astype(np.int64), 0))
+    identical_replicas: bool = False
+    reseeds: int = 0  # how many times it was reseeded (replicas' own states follow)
 
-    def reseed(self, seed: int) -> None:
-        """Start again from ``seed`` (``ipu.utils.reset_ipu_seed``)."""
+    def reseed(self, seed: int, identical_replicas: bool = False) -> None:
+        """Start again from ``seed`` (``ipu.utils.reset_ipu_seed``); with ``identical_replicas`` every
+        replica of a replicated program draws what replica 0 draws."""
         words = _seed_words(seed, 4)
         self.words[:] = np.concatenate([words[:2], words[:2]])
         self.rounding[:] = [words[2], words[3], 0]
+        self.identical_replicas = identical_replicas
+        self.reseeds += 1
+
+    def replica_words(self, replica: int) -> np.ndarray:
+        """The words replica ``replica`` (global index) reads: replica 0's are these; the others differ,
+        as each IPU's generator has its own seed, unless the seed was reset with identical replicas."""
+        if replica == 0 or self.identical_replicas:
+            return self.words
+        return self.words ^ _seed_words(replica, 4)
+
+    def replica_rounding(self, replica: int) -> np.ndarray:
+        """A new rounding state for replica ``replica``, derived as :meth:`replica_words` is."""
+        state = self.rounding.copy()
+        if replica and not self.identical_replicas:
+            state[:2] ^= _seed_words(replica, 2).astype(np.int64)
+        state[2] = 0
+        return state
 
 
 #: The host's generator, read by random ops in programs that run on the CPU (never reseeded).
@@ -132,6 +155,44 @@ class VirtualDevice:
     generator: GeneratorState = field(default_factory=GeneratorState)
     connection: str = "ALWAYS"  # a DeviceConnectionType's name
     attached: bool = False
+    replica_store: ReplicaStore | None = None  # the variables of replicas 1.. (a device of several IPUs)
+
+    @property
+    def replicas(self) -> int:
+        """How many replicas of a (one-IPU) program run on the device in this process: one per IPU."""
+        return self.num_ipus
+
+    @property
+    def total_replicas(self) -> int:
+        """How many replicas the program has in every instance together (PopDist: the instances' devices
+        share its replicas, ``experimental.multi_replica_distribution``); this device's are
+        ``first_replica .. first_replica + replicas - 1``."""
+        world = spanned_instances()
+        return self.replicas * (world.count if world is not None else 1)
+
+    @property
+    def first_replica(self) -> int:
+        world = spanned_instances()
+        return self.replicas * world.index if world is not None else 0
+
+    def replica_variables(self, variables: dict[int, np.ndarray], versions: dict[int, int]) -> list[dict]:
+        """Each replica's variable buffers (see :class:`~popjit.runtime.replicas.ReplicaStore`)."""
+        if self.replica_store is None:
+            self.replica_store = ReplicaStore(self.replicas)
+        return self.replica_store.variables(variables, versions)
+
+    def replica_rounding(self) -> list[np.ndarray]:
+        """Each local replica's stochastic-rounding state: replica 0 (of all instances) the device generator's,
+        the others their own (keys of their own unless the seed was reset with identical replicas)."""
+        store = self.replica_store or ReplicaStore(self.replicas)
+        self.replica_store = store
+        first = self.first_replica
+        if store.rounding_reseeds != self.generator.reseeds:
+            store.rounding, store.rounding_reseeds = [], self.generator.reseeds
+        own = 1 if first == 0 else 0  # why: global replica 0 rounds with the generator's own state
+        while len(store.rounding) < self.replicas - own:
+            store.rounding.append(self.generator.replica_rounding(first + own + len(store.rounding)))
+        return [self.generator.rounding, *store.rounding] if own else list(store.rounding)
 
     def attach(self) -> None:
         """Attach the device's IPUs (once), logging it as Graphcore's executor does."""
@@ -213,20 +274,24 @@ def program_target(device: str, jit_compile: bool | None) -> Target | None:
     IPU when ``jit_compile`` asks for it (of the first attached device's kind, else the default ipu2),
     or None: a host program, with no IPU schedule, report or out-of-memory check.
 
-    A device of several IPUs is refused: Graphcore's system would run a one-IPU program on it as
-    that many replicas, which popjit does not do yet (running one copy would be a wrong answer)."""
+    On a device of several IPUs a (one-IPU) program runs as that many replicas, one per IPU: its target
+    is one IPU with ``replicas`` set (the IPU Model cannot replicate, as Graphcore's cannot)."""
     ordinal = ipu_ordinal(device)
     if ordinal is not None:
         dev = get_device(ordinal)
-        if dev.num_ipus > 1:
+        if dev.num_ipus > 1 and dev.target.ipu_model:
             raise UnimplementedError(
-                f"{dev.name} has {dev.num_ipus} IPUs: Graphcore's system runs a program on it as {dev.num_ipus} "
-                "replicas, and popjit does not replicate programs yet. Attach one-IPU devices instead "
-                f"(cfg.auto_select_ipus = 1, or [1, 1] for two separate devices).{where()}")
-        return dev.target
+                f"{dev.name} is an IPU Model device of {dev.num_ipus} IPUs: replicated programs are not supported "
+                f"on the IPU Model (as in Graphcore's SDK). Use hardware IPUs (ipu_model off) to replicate.{where()}")
+        return _replicated_target(dev.target, dev.total_replicas)
     if not jit_compile:
         return None
     return replace(_system.devices[0].target, num_ipus=1) if _system.devices else default_target()
+
+
+@functools.lru_cache(maxsize=64)
+def _replicated_target(target: Target, replicas: int) -> Target:
+    return target if replicas == 1 else replace(target, num_ipus=1, replicas=replicas)
 
 
 def configure(counts: list[int], version: str = "ipu2", tiles_per_ipu: int = 0, ipu_model: bool = False,
@@ -275,15 +340,21 @@ def get_device(ordinal: int) -> VirtualDevice:
 
 
 def execute(executable: Any, device: str, args: Any, variables: dict[int, np.ndarray],
-            feeds: Any = None) -> list[np.ndarray]:
+            feeds: Any = None, versions: dict[int, int] | None = None,
+            views: dict[int, ReplicaView] | None = None) -> list[np.ndarray]:
     """Run ``executable`` (a :class:`~popjit.pipeline.executable.Executable`) on ``device`` with ``args``,
     ``variables`` (updated in place) and the host's ``feeds``; its results. The one place programs run,
     so the IPU device's connection type is honoured for all of them (see the module docstring): with
     ``PRE_COMPILE`` its results are zeros and nothing runs; with ``NEVER`` it raises
-    ``InvalidArgumentError`` without running. Variables and feeds are left as they were in both."""
+    ``InvalidArgumentError`` without running. Variables and feeds are left as they were in both.
+
+    On a device of several IPUs the program runs as one replica per IPU (:mod:`popjit.runtime.replicas`);
+    ``variables`` are replica 0's, ``versions`` say which of them the host wrote since the other replicas
+    last received them, and ``views`` give the variables whose value is each replica's own (its random
+    generator's words, its replication index) by replica index."""
     ordinal = ipu_ordinal(device)
     if ordinal is None:
-        return executable.run(args, variables, feeds, HOST_GENERATOR.rounding)
+        return _run_one(executable, lambda: executable.run(args, variables, feeds, HOST_GENERATOR.rounding))
     dev = get_device(ordinal)
     if dev.connection == "NEVER":
         executable.precompile(variables, feeds, deliver=False)
@@ -295,7 +366,30 @@ def execute(executable: Any, device: str, args: Any, variables: dict[int, np.nda
     if dev.connection == "PRE_COMPILE":
         return executable.precompile(variables, feeds)
     dev.attach()
-    return executable.run(args, variables, feeds, dev.generator.rounding)
+    if dev.total_replicas == 1:
+        return _run_one(executable, lambda: executable.run(args, variables, feeds, dev.generator.rounding))
+    per_replica = dev.replica_variables(variables, versions or {})
+    for vid, view in (views or {}).items():
+        if vid in variables:
+            for r, own in enumerate(per_replica):
+                own[vid] = view(dev.first_replica + r)
+    return run_replicated(executable, args, per_replica, dev.replica_rounding(), dev.first_replica,
+                          dev.total_replicas, spanned_instances(), feeds)
+
+
+def spanned_instances() -> Any:
+    """The instances (:func:`popjit.runtime.instances.world`) whose devices share the replicas of every
+    program, when the configured system says so (``experimental.multi_replica_distribution.process_count``
+    above 1, as ``popdist.tensorflow.set_ipu_config`` sets it under ``popjit poprun``); else None."""
+    distribution = getattr(getattr(_system.options, "experimental", None), "multi_replica_distribution", None)
+    if distribution is None or distribution.process_count <= 1:
+        return None
+    return instances.world()
+
+
+def _run_one(executable: Any, run: Callable[[], list[np.ndarray]]) -> list[np.ndarray]:
+    """``run()``: one replica of the program (whose collectives, if any, reduce over itself alone)."""
+    return run_alone(executable, run) if executable.program_has_collectives else run()
 
 
 def program_numerics(device: str) -> Numerics:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from popjit.errors import NotFoundError
+from popjit.errors import InvalidArgumentError, NotFoundError
 from popjit.ir.loop import Buffer, Program
 
 _FEEDS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
@@ -38,11 +38,25 @@ def lookup(kind: str, feed_id: int) -> Any:
     return feed
 
 
-def _by_feed(buffers: list[Buffer]) -> dict[int, list[Buffer]]:
+def by_feed(buffers: list[Buffer]) -> dict[int, list[Buffer]]:
+    """Stream buffers grouped by feed id, each feed's in component order."""
     grouped: dict[int, list[Buffer]] = {}
     for b in buffers:
         grouped.setdefault(b.binding[1], []).append(b)
     return {k: sorted(v, key=lambda b: b.binding[2]) for k, v in grouped.items()}
+
+
+def lookup_for(kind: str, feed_id: int, replicas: int) -> Any:
+    """The live feed with this id, for a program run as ``replicas`` replicas: an SDK 1.x feed made for
+    another replication factor (``replication_factor=``) is an ``InvalidArgumentError``."""
+    feed = lookup(kind, feed_id)
+    factor = getattr(feed, "replication_factor", None)
+    if factor is not None and factor != replicas:
+        raise InvalidArgumentError(
+            f"The {kind} with id={feed_id} was created with replication_factor={factor}, but the program using it runs "
+            f"as {replicas} replica{'s' if replicas > 1 else ''} (one per IPU of its device). Give the {kind} the "
+            f"device's replication factor, or attach a device of {factor} IPUs.")
+    return feed
 
 
 class RegisteredFeeds:
@@ -51,16 +65,16 @@ class RegisteredFeeds:
     def take_inputs(self, program: Program) -> dict[int, np.ndarray]:
         """The infeed elements for one execution, by buffer uid (``OutOfRangeError`` when a feed runs dry)."""
         arrays: dict[int, np.ndarray] = {}
-        for feed_id, bufs in _by_feed(program.stream_in).items():
-            parts = lookup("infeed", feed_id).take(bufs[0].shape[0])
+        for feed_id, bufs in by_feed(program.stream_in).items():
+            parts = lookup_for("infeed", feed_id, 1).take(bufs[0].shape[0])
             for b, a in zip(bufs, parts):
                 arrays[b.uid] = np.ascontiguousarray(a, dtype=b.dtype.np)
         return arrays
 
     def deliver_outputs(self, program: Program, arrays: dict[int, np.ndarray]) -> None:
         """Hand each outfeed the values this execution wrote."""
-        for feed_id, bufs in _by_feed(program.stream_out).items():
-            lookup("outfeed", feed_id).put([arrays[b.uid] for b in bufs])
+        for feed_id, bufs in by_feed(program.stream_out).items():
+            lookup_for("outfeed", feed_id, 1).put([arrays[b.uid] for b in bufs])
 
 
 FEEDS = RegisteredFeeds()

@@ -20,6 +20,7 @@ from popjit.errors import UnimplementedError
 from popjit.ir.loop import (
     Apply,
     Buffer,
+    Collective,
     Const,
     Copy,
     Expr,
@@ -100,6 +101,7 @@ class ComputeSet:
     program: str = "Execute"
     note: str = ""
     executions: int = 1  # times it runs per program run (loop counts multiplied), set by the tree
+    link_cycles: int = 0  # a collective's traffic over IPU-Links to the other replicas
     index: int = -1  # position in the schedule's step list
 
     @property
@@ -137,6 +139,8 @@ class ComputeSet:
         sync = self.target.sync_cycles
         ex_in, ex_out = self.exchange_in_cycles, self.exchange_out_cycles
         out = [("sync", sync), ("exchange", ex_in)] if ex_in else []
+        if self.link_cycles:
+            out += [("sync", self.target.host_sync_cycles), ("link", self.link_cycles)]
         out += [("sync", sync), ("compute", self.max_compute_cycles)]
         return out + ([("exchange", ex_out), ("sync", sync)] if ex_out else [])
 
@@ -605,6 +609,31 @@ class Builder:
             self.assign(out, plan_map, "matmul output")
             return None
         return copy_exchange(plan_map, self.mappings[out.uid], out.dtype.size, self.target.tiles)[0]
+
+    # -- collectives ---------------------------------------------------------------------------------
+    def collective(self, c: Collective) -> ComputeSet:
+        """A collective between replicas (Poplar's replicated all-reduce and friends): the data crosses the
+        IPU-Links in a ring (:func:`~popjit.schedule.cost.collective_link_cycles`), each tile receives its
+        part of the result into a buffer and reduces what arrives (one operation per element and step)."""
+        T, t = self.target.tiles, self.target
+        group = c.group or t.replicas
+        src_map, dst_map = self.mapping(c.src), self.mapping(c.dst)
+        es = c.dst.dtype.size
+        received = dst_map.bytes_per_tile(c.dst.dtype).astype(np.int64)
+        reduces = c.op not in ("gather", "all_to_all")
+        steps = max(group - 1, 0)
+        per_tile = src_map.elements_per_tile.astype(np.int64)
+        vector = t.vector_width(c.src.dtype)
+        compute = np.where(per_tile > 0, steps * (-(-per_tile // vector)) + 30, 0) if reduces and steps else \
+            cost.copy_cycles(received, t.memcpy_bytes_per_cycle)
+        link = cost.collective_link_cycles(c.op, c.src.size * es, group, t.link_bytes_per_cycle,
+                                           t.link_latency_cycles)
+        return ComputeSet(
+            f"{c.op} across {group} replicas {c.dst.name} <- {c.src.name}", "collective", {}, compute,
+            Exchange.zeros(T), t, temp_bytes=received, elements=per_tile, reads=frozenset({c.src.uid}),
+            writes=frozenset({c.dst.uid}), program="ReplicatedCollective", link_cycles=link,
+            note=f"{c.src.size * es:,} B per replica over IPU-Links",
+        )
 
     # -- copies ------------------------------------------------------------------------------------
     def copy(self, c: Copy) -> ComputeSet:

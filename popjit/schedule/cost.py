@@ -259,6 +259,23 @@ def int_matmul_cycles(rows: Array, cols: Array, depth: Array, groups: Array) -> 
     return np.where(macs > 0, 2 * macs + 100, 0)
 
 
+def collective_link_cycles(op: str, src_bytes: int, group: int, link_bytes_per_cycle: float,
+                           latency_cycles: int) -> int:
+    """IPU-Link cycles of a collective over ``group`` IPUs in a ring [U, the textbook ring algorithms]:
+    an all-reduce sends ``2 (k-1)/k`` of the data over ``2 (k-1)`` steps, a reduce-scatter or all-to-all
+    ``(k-1)/k`` over ``k-1`` steps, an all-gather every other member's ``src`` over ``k-1`` steps."""
+    k = group
+    if k <= 1:
+        return 0
+    if op == "gather":
+        moved, steps = (k - 1) * src_bytes, k - 1
+    elif op in ("reduce_scatter", "all_to_all"):
+        moved, steps = (k - 1) * src_bytes / k, k - 1
+    else:
+        moved, steps = 2 * (k - 1) * src_bytes / k, 2 * (k - 1)
+    return int(np.ceil(moved / link_bytes_per_cycle)) + steps * latency_cycles
+
+
 def copy_cycles(local_bytes: Array, memcpy_bytes_per_cycle: int = 8) -> Array:
     """On-tile part of a Copy program [U]: ``bytes / 8`` plus 30 cycles per tile that copies."""
     b = np.asarray(local_bytes, np.int64)

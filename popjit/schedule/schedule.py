@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from popjit.errors import ResourceExhaustedError
-from popjit.ir.loop import Buffer, Copy, If, Kernel, LoopFunctor, MatMul, Program, Repeat, Stmt, While
+from popjit.ir.loop import Buffer, Collective, Copy, If, Kernel, LoopFunctor, MatMul, Program, Repeat, Stmt, While
 from popjit.schedule import program as prog
 from popjit.schedule.computesets import Builder, ComputeSet
 from popjit.schedule.mapping import TileMapping
@@ -206,6 +206,9 @@ class _Walker(LoopFunctor):
 
     def visit_copy(self, s: Copy) -> list[prog.Node]:
         return self._steps([self.builder.copy(s)])
+
+    def visit_collective(self, s: Collective) -> list[prog.Node]:
+        return self._steps([self.builder.collective(s)])
 
     def visit_repeat(self, s: Repeat) -> list[prog.Node]:
         first = len(self.steps)

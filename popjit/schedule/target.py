@@ -24,6 +24,10 @@ class Target:
     - ``memcpy_bytes_per_cycle`` 8 [U]: on-tile copies (64-bit load + store per cycle).
     - ``host_bytes_per_second`` 32 GB/s [S]: one direction of PCIe Gen4 x16.
     - ``available_memory_proportion`` 0.6 [V]: the matmul planner's temporary-memory bound.
+    - ``replicas``: how many copies of the program run, one per IPU of the device (1: not replicated).
+    - ``link_bytes_per_second`` 32 GB/s [S]: one direction of one IPU-Link (64 GB/s bidirectional),
+      what a ring collective moves between neighbouring IPUs; ``link_latency_cycles`` 700 [U]: one
+      step of such a ring (a message over a link and the sync around it).
     """
 
     version: str = "ipu2"
@@ -43,6 +47,9 @@ class Target:
     memcpy_bytes_per_cycle: int = 8
     instruction_bytes: int = 4
     available_memory_proportion: float = 0.6
+    replicas: int = 1
+    link_bytes_per_second: float = 32e9
+    link_latency_cycles: int = 700
 
     def vector_width(self, dtype: DType) -> int:
         """Elements per 64-bit data-path operation (Poplar ``getVectorWidth``): float 2, half 4,
@@ -68,6 +75,11 @@ class Target:
 
     def with_tiles(self, tiles: int) -> Target:
         return replace(self, tiles=tiles) if tiles else self
+
+    @property
+    def link_bytes_per_cycle(self) -> float:
+        """IPU-Link bytes one direction of a link carries per tile clock cycle."""
+        return self.link_bytes_per_second / self.clock_hz
 
     @property
     def total_bytes(self) -> int:

@@ -1,9 +1,9 @@
 """A TensorFlow-compatible namespace: ``import popjit.tensorflow as tf``.
 
 Re-exports only: the frontend's op namespace (:mod:`popjit.frontend.api`), ``tf.data``
-(:mod:`popjit.data`), ``tf.train`` (:mod:`popjit.train`), ``tf.keras`` (:mod:`popjit.keras`) and
-``tf.compat``. Under ``popjit run`` the module ``tensorflow`` resolves here. A name TensorFlow has and
-popjit lacks raises ``UnimplementedError`` naming it.
+(:mod:`popjit.data`), ``tf.train`` (:mod:`popjit.train`), ``tf.keras`` (:mod:`popjit.keras`),
+``tf.compat`` and ``tf.distribute.ReduceOp``. Under ``popjit run`` the module ``tensorflow`` resolves
+here. A name TensorFlow has and popjit lacks raises ``UnimplementedError`` naming it.
 """
 
 from popjit.errors import missing_attributes as _missing_attributes
@@ -14,6 +14,7 @@ from popjit.tensorflow import (  # noqa: F401
     bitwise,
     compat,
     data,
+    distribute,
     dtypes,
     errors,
     image,

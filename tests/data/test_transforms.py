@@ -22,7 +22,7 @@ def spec(shape, dtype):
     return tf.TensorSpec(shape, dtype)
 
 
-# -- a Python model of batch / take / skip / repeat -----------------------------------------------------
+# -- a Python model of batch / take / skip / repeat / shard -----------------------------------------------------
 
 
 class RaggedBatch(Exception):
@@ -43,12 +43,14 @@ def model(items: list, ops: list[tuple]) -> list:
             items = [] if arg < 0 else items[arg:]
         elif op == "repeat":
             items = items * arg
+        elif op == "shard":
+            items = items[rest[0]::arg]
     return items
 
 
 def build(ds, ops):
     for op, arg, *rest in ops:
-        ds = ds.batch(arg, drop_remainder=rest[0]) if op == "batch" else getattr(ds, op)(arg)
+        ds = ds.batch(arg, drop_remainder=rest[0]) if op == "batch" else getattr(ds, op)(arg, *rest)
     return ds
 
 
@@ -62,6 +64,8 @@ def model_cardinality(n: int, ops: list[tuple]) -> int:
             n = 0 if arg < 0 else max(n - arg, 0)
         elif op == "repeat":
             n = n * arg
+        elif op == "shard":
+            n = max(-(-(n - rest[0]) // arg), 0)
     return n
 
 
@@ -70,11 +74,12 @@ op_strategy = st.one_of(
     st.tuples(st.just("take"), st.integers(-1, 12)),
     st.tuples(st.just("skip"), st.integers(-1, 12)),
     st.tuples(st.just("repeat"), st.integers(0, 3)),
+    st.integers(1, 4).flatmap(lambda k: st.tuples(st.just("shard"), st.just(k), st.integers(0, k - 1))),
 )
 
 
 @given(st.integers(0, 20), st.lists(op_strategy, max_size=4), st.booleans())
-def test_batch_take_skip_repeat_match_python(n, ops, through_filter):
+def test_batch_take_skip_repeat_shard_match_python(n, ops, through_filter):
     source = Dataset.range(n)
     if through_filter:  # the same pipeline without random access
         source = source.filter(lambda x: x >= 0)
@@ -114,6 +119,15 @@ def test_batch_rejects_bad_sizes_and_mixed_shapes():
     ragged = Dataset.range(5).batch(2).batch(3)  # [[0,1],[2,3],[4]]: shapes differ inside one batch
     with pytest.raises(InvalidArgumentError, match="different shapes"):
         as_list(ragged)
+
+
+def test_shard_checks_its_arguments_and_reads_infinite_data():
+    with pytest.raises(InvalidArgumentError, match="num_shards must be > 0"):
+        Dataset.range(4).shard(0, 0)
+    with pytest.raises(InvalidArgumentError, match=r"index must be in \[0, 2\)"):
+        Dataset.range(4).shard(2, 2)
+    assert as_list(Dataset.range(3).repeat().shard(2, 1).take(4)) == [1, 0, 2, 1]
+    assert int(Dataset.range(3).repeat().shard(2, 1).cardinality().numpy()) == INFINITE
 
 
 def test_repeat_forever_and_empty_input():

@@ -393,13 +393,13 @@ def test__to_dict__uses_full_names_and_enum_values():
     assert d["experimental.multi_replica_distribution.process_count"] == 0
 
 
-def _changed_config() -> IPUConfig:
+def _changed_config(esr: StochasticRoundingBehaviour = StochasticRoundingBehaviour.REPLICA_IDENTICAL_ONLY) -> IPUConfig:
     cfg = IPUConfig()
     cfg.auto_select_ipus = [2, 2]
     cfg.selection_order = SelectionOrder.HOOF
     cfg.ipu_model.tiles_per_ipu = 8
     cfg.ipu_model.version = "ipu1"
-    cfg.floating_point_behaviour.esr = StochasticRoundingBehaviour.REPLICA_IDENTICAL_ONLY
+    cfg.floating_point_behaviour.esr = esr
     cfg.matmuls.poplar_options = {"availableMemoryProportion": "0.3"}
     cfg.optimizations.merge_remote_buffers = MergeRemoteBuffersBehaviour.MERGE
     cfg.io_tiles.available_memory_proportion = 0.5
@@ -481,6 +481,8 @@ VALIDATION = [
     ({"io_tiles__num_io_tiles": -2}, "", ValueError, "io_tiles.num_io_tiles must be at least 0, not -2."),
     ({"norms__experimental__distributed_batch_norm_replica_group_size": 0}, "", ValueError,
      "norms.experimental.distributed_batch_norm_replica_group_size must be at least 1."),
+    ({"norms__experimental__distributed_batch_norm_replica_group_size": 2}, "", UnimplementedError,
+     "norms.experimental.distributed_batch_norm_replica_group_size = 2 is not supported by popjit"),
     ({"device_connection__type": DeviceConnectionType.NEVER}, "", ValueError,
      "device_connection.version must be set when device_connection.type is DeviceConnectionType.NEVER or "
      "DeviceConnectionType.PRE_COMPILE"),
@@ -500,6 +502,9 @@ VALIDATION = [
     ({"experimental__multi_replica_distribution__process_count": 2,
       "experimental__multi_replica_distribution__process_index": -1}, "", ValueError,
      "experimental.multi_replica_distribution.process_index must be in the range"),
+    ({"experimental__multi_replica_distribution__process_count": 2}, "", ValueError,
+     "experimental.multi_replica_distribution.process_count is 2, but this program runs as 1 instance. Start the "
+     "program with `popjit poprun --num-instances N ...`"),
     ({"matmuls__poplar_options": {"availableMemoryProportion": 0.3}}, "", TypeError,
      "matmuls.poplar_options: Poplar options map names to string values"),
     ({"auto_select_ipus": 3}, "", InvalidArgumentError, "Could not find a device with 3 IPUs"),
@@ -604,12 +609,13 @@ def test__get_ipu_config__before_configuring__raises(fresh_ipu_system):
 
 
 def test__get_ipu_config__returns_copies_of_the_applied_config_per_device(fresh_ipu_system):
-    cfg = _changed_config()
+    on = StochasticRoundingBehaviour.ON  # REPLICA_IDENTICAL_ONLY is refused on devices of several IPUs
+    cfg = _changed_config(on)
     configured(cfg)
     cfg.ipu_model.tiles_per_ipu = 100  # later changes to the user's object do not leak in
     got = ipu_config.get_ipu_config()
     assert len(got) == 2 and got[0] is not got[1]
-    assert got[0].ipu_model.tiles_per_ipu == 8 and got[0].to_dict() == _changed_config().to_dict()
+    assert got[0].ipu_model.tiles_per_ipu == 8 and got[0].to_dict() == _changed_config(on).to_dict()
     got[0].ipu_model.tiles_per_ipu = 1
     assert ipu_config.get_ipu_config()[0].ipu_model.tiles_per_ipu == 8
 

@@ -198,8 +198,17 @@ def test_sdk1_keyword_arguments_of_feeds(caplog: pytest.LogCaptureFixture) -> No
     assert infeed._prefetch_depth == 3 and "feed_name argument is deprecated" in caplog.text
     with pytest.raises(ValueError, match="prefetch_depth must be less than 256"):
         ipu.ipu_infeed_queue.IPUInfeedQueue(ds, data_to_prefetch=300)
-    with pytest.raises(errors.UnimplementedError, match=r"replication_factor=2"):
-        ipu.ipu_infeed_queue.IPUInfeedQueue(ds, replication_factor=2)
+    with pytest.raises(ValueError, match=r"replication_factor must be a positive int"):
+        ipu.ipu_infeed_queue.IPUInfeedQueue(ds, replication_factor=0)
+    for_two = ipu.ipu_infeed_queue.IPUInfeedQueue(ds, replication_factor=2)
+
+    @tf.function(jit_compile=True)
+    def step():
+        return for_two._dequeue()
+
+    with pytest.raises(errors.InvalidArgumentError, match=r"created with replication_factor=2, but the program "
+                                                          r"using it runs as 1 replica"):
+        ipu.ipu_strategy.IPUStrategy().run(step)
     with pytest.raises(TypeError, match="unexpected keyword argument 'no_such'"):
         ipu.ipu_outfeed_queue.IPUOutfeedQueue(no_such=1)
     last = ipu.ipu_outfeed_queue.IPUOutfeedQueue(feed_name="out", outfeed_all=False, io_batch_size=2)

@@ -205,9 +205,11 @@ def test__graphcores_op_modules__resolve_and_the_missing_ones_are_unimplemented(
     with pytest.raises(UnimplementedAPIError, match=r"ipu\.ops\.functional_ops is not implemented by popjit"):
         ipu.ops.functional_ops  # noqa: B018
     with pytest.raises(UnimplementedError, match=r"ipu\.ops\.pipelining_ops is not implemented by popjit yet: popjit "
-                                                 r"runs a program on one IPU.*set_gradient_accumulation_options"):
+                                                 r"replicates a program over several IPUs.*"
+                                                 r"set_gradient_accumulation_options"):
         ipu.ops.pipelining_ops  # noqa: B018
-    with pytest.raises(UnimplementedError, match=r"ipu\.optimizers\.CrossReplicaOptimizer is not implemented by "
+    with pytest.raises(UnimplementedError, match=r"ipu\.optimizers\.ShardedOptimizer is not implemented by "
                                                  r"popjit yet"):
-        ipu.optimizers.CrossReplicaOptimizer  # noqa: B018
-    assert not hasattr(ipu.ops, "cross_replica_ops") and not hasattr(ipu.embedding_ops, "HostEmbedding")
+        ipu.optimizers.ShardedOptimizer  # noqa: B018
+    assert ipu.ops.cross_replica_ops is ipu.cross_replica_ops and ipu.ops.replication_ops is ipu.replication_ops
+    assert not hasattr(ipu.ops, "within_replica_ops") and not hasattr(ipu.embedding_ops, "HostEmbedding")

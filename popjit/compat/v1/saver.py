@@ -107,7 +107,7 @@ class Saver:
                                            f"{list(value.shape)}, the variable {list(var._buffer.shape)}.")
             loaded[name] = value
         for name, var in self._variables.items():  # all found: only now change the variables
-            var._buffer[...] = loaded[name]
+            var._write(loaded[name])
             var._initialized = True
 
     def recover_last_checkpoints(self, checkpoint_paths: list[str]) -> None:

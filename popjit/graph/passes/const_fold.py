@@ -19,7 +19,7 @@ def _fold_region(region: Region, consts: dict[int, np.ndarray]) -> None:
         op = registry.get(node.op)
         if node.op == "constant":
             consts[node.out.uid] = node.attrs["value"]
-        elif (node.inputs and not node.regions and not op.effect and op.kind != registry.SOURCE
+        elif (node.inputs and not node.regions and op.folds
               and all(v.uid in consts for v in node.inputs)
               and sum(v.aval.size for v in node.outputs) <= MAX_FOLDED_ELEMENTS):
             with np.errstate(all="ignore"):
