@@ -65,8 +65,8 @@ def missing_api_message(module: str, name: str) -> str:
 
 # -- the entries -------------------------------------------------------------------------------------
 
-MULTI_IPU_REASON = ("popjit replicates a program over several IPUs, but does not pipeline or shard one over them "
-                    "yet")
+MULTI_IPU_REASON = ("popjit replicates, shards and pipelines programs over several IPUs, but not this part of "
+                    "Graphcore's multi-IPU API yet")
 MULTI_IPU_ADVICE = ("Run the model without it, on one IPU or replicated (cfg.auto_select_ipus = N); to train on larger "
                     "batches, accumulate gradients "
                     "(model.set_gradient_accumulation_options(...) or ipu.optimizers.GradientAccumulationOptimizerV2).")
@@ -113,7 +113,7 @@ _POPDIST_ADVICE = ("Use ipu.distributed.popdist_strategy.PopDistStrategy, and st
 
 ENTRIES: tuple[Entry, ...] = (
     # -- several IPUs --
-    *_ipu_modules("pipelining_ops", "sharded_optimizer", "sharding", "within_replica_ops"),
+    *_ipu_modules("sharded_optimizer", "sharding", "within_replica_ops"),
     *_multi_ipu("ipu.optimizers.CrossReplicaGradientAccumulationOptimizer", "ipu.optimizers.ShardedOptimizer",
                 "ipu.keras.optimizers.CrossReplicaOptimizer",
                 "ipu.keras.PipelineModel", "ipu.keras.PipelineSequential", "ipu.keras.SequentialPipelineModel",
@@ -135,7 +135,6 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("popdist.poptorch", Status.MISSING, "PopDist's PopTorch helpers are for PyTorch programs, and popjit runs "
           "TensorFlow ones", "Use popdist's own functions and popdist.tensorflow."),
     # -- IPU scopes --
-    _scope("ipu_shard", "manual sharding of a program over several IPUs"),
     _scope("outside_compilation_scope", "running part of a compiled program on the host"),
     _scope("frontend_attribute", "per-operation backend attributes"),
     _scope("stochastic_rounding", "per-operation stochastic rounding",

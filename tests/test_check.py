@@ -67,7 +67,7 @@ MAIN = """
     stage = ipu.keras.PipelineStage
     with partials_type(np.float16):
         pass
-    ipu.pipelining_ops.pipeline(None)
+    ipu.within_replica_ops.pipeline(None)
     tf.keras.Model.set_pipelining_options
 """
 HELPERS = """
@@ -84,7 +84,7 @@ EXPECTED = {
     "ipu": (S, "main.py:4", 1),
     "ipu.config.IPUConfig": (S, "main.py:12", 1),
     "ipu.keras.PipelineStage": (M, "main.py:19", 1),
-    "ipu.pipelining_ops.pipeline": (M, "main.py:22", 1),
+    "ipu.within_replica_ops.pipeline": (M, "main.py:22", 1),
     "ipu.scopes.ipu_jit_scope": (NA, "main.py:14", 1),
     "ipu.scopes.ipu_scope": (S, "main.py:5", 2),
     "ipu.scopes.partials_type": (M, "main.py:5", 2),
@@ -141,8 +141,8 @@ def test__check__finds_each_name_with_its_status_and_lines(project):
 
 def test__check__gives_the_reasons_popjit_raises(project):
     verdicts = {f.name: f.verdict for f in check.check(["main.py"]).findings}
-    several = multi_ipu_message("ipu.pipelining_ops.pipeline")
-    assert verdicts["ipu.pipelining_ops.pipeline"].reason == several
+    several = multi_ipu_message("ipu.within_replica_ops.pipeline")
+    assert verdicts["ipu.within_replica_ops.pipeline"].reason == several
     assert verdicts["ipu.keras.PipelineStage"].reason == multi_ipu_message("ipu.keras.PipelineStage")
     assert verdicts["tf.keras.Model.set_pipelining_options"].reason == \
         multi_ipu_message("tf.keras.Model.set_pipelining_options")
@@ -199,8 +199,8 @@ def test__graphcore_name__is_how_the_table_spells_a_module_path(dotted, name):
 
 
 def test__classify__missing_module_under_ipu_and_alias_spellings():
-    assert check.classify("tensorflow.python.ipu.ops.pipelining_ops").reason == \
-        multi_ipu_message("ipu.ops.pipelining_ops")
+    assert check.classify("tensorflow.python.ipu.ops.within_replica_ops").reason == \
+        multi_ipu_message("ipu.ops.within_replica_ops")
     assert check.classify("tensorflow.compat.v2.nn.relu").status is S
     assert check.classify("tensorflow.python.keras.layers.Dense").status is S
     assert check.classify("keras.ipu.PipelineStage").status is M
@@ -321,23 +321,23 @@ def test__table__every_stub_in_popjit_has_an_entry():
 
 
 def test__table__gives_popjit_runs_missing_module_error():
-    """``import tensorflow.python.ipu.pipelining_ops`` under ``popjit run``: the finder's error (called
+    """``import tensorflow.python.ipu.within_replica_ops`` under ``popjit run``: the finder's error (called
     here directly, not installed) carries the table's reason; a module the table does not list, the
     generic text."""
     finder = runner.TensorFlowFinder()
     with pytest.raises(ModuleNotFoundError) as info:
-        finder.find_spec("tensorflow.python.ipu.pipelining_ops")
-    assert str(info.value) == ("No module named 'tensorflow.python.ipu.pipelining_ops': "
-                               + multi_ipu_message("ipu.pipelining_ops"))
+        finder.find_spec("tensorflow.python.ipu.within_replica_ops")
+    assert str(info.value) == ("No module named 'tensorflow.python.ipu.within_replica_ops': "
+                               + multi_ipu_message("ipu.within_replica_ops"))
     with pytest.raises(ModuleNotFoundError, match=r"popjit does not provide tensorflow\.contrib"):
         finder.find_spec("tensorflow.contrib")
 
 
 def test__lookup__covers_names_below_and_both_keras_spellings():
-    assert lookup("ipu.pipelining_ops.pipeline").name == "ipu.pipelining_ops"
-    assert lookup("ipu.ops.pipelining_ops").name == "ipu.pipelining_ops"
+    assert lookup("ipu.within_replica_ops.pipeline").name == "ipu.within_replica_ops"
+    assert lookup("ipu.ops.within_replica_ops").name == "ipu.within_replica_ops"
     assert lookup("tf.keras.ipu.PipelineStage").name == "keras.ipu.PipelineStage"
-    assert lookup("ipu.pipelining_opsx") is None
+    assert lookup("ipu.within_replica_opsx") is None
     assert unimplemented_message("tf.nn.top_k").startswith("tf.nn.top_k is not implemented by popjit. See")
 
 

@@ -35,7 +35,7 @@ def test__limitations__generated_section_is_popjit_support_table():
     text = (ROOT / "docs" / "limitations.md").read_text()
     assert text == make_limitations.limitations(text), \
         "docs/limitations.md's generated section is stale: run `python docs/make_limitations.py`"
-    assert "`ipu.pipelining_ops` (`ipu.ops.pipelining_ops`)" in make_limitations.section()
+    assert "`ipu.within_replica_ops` (`ipu.ops.within_replica_ops`)" in make_limitations.section()
 
 
 def test__tour__runs_every_stage(tmp_path):

@@ -180,7 +180,7 @@ def test__out_of_memory_under_ipu_model__warns_at_the_users_line_and_runs(fresh_
     ("tf.nn", "ctc_loss"), ("tf.math", "top_k"), ("tf.linalg", "inv"), ("tf.random", "shuffle"),
     ("tf.bitwise", "left_shift"), ("tf.nest", "is_nested"), ("tf.dtypes", "complex64"), ("tf.errors", "no_error"),
     ("tf.autograph", "set_verbosity"), ("tf.autograph.experimental", "set_loop_options"),
-    ("tf.data.experimental", "sample_from_datasets"), ("ipu", "pipelining_ops"), ("ipu.utils", "no_such_helper"),
+    ("tf.data.experimental", "sample_from_datasets"), ("ipu", "within_replica_ops"), ("ipu.utils", "no_such_helper"),
     ("ipu.loops", "no_such_loop"), ("ipu.config", "NoSuchOption"), ("ipu.scopes", "no_such_scope"),
 ])
 def test__a_missing_name_in_any_namespace__is_unimplemented_naming_it(namespace, name):
@@ -253,10 +253,10 @@ def test__from_import_of_a_missing_name__is_an_import_error_that_keeps_popjits_m
                                    "implemented by popjit.")
 
     def inside_a_function():
-        from popjit.tensorflow.python.ipu import pipelining_ops  # noqa: F401
+        from popjit.tensorflow.python.ipu import within_replica_ops  # noqa: F401
 
-    with pytest.raises(errors.UnimplementedImportError, match=r"ipu\.pipelining_ops is not implemented by popjit yet: "
-                                                              r"popjit replicates a program over several IPUs"):
+    with pytest.raises(errors.UnimplementedImportError, match=r"ipu\.within_replica_ops is not implemented by popjit "
+                                                              r"yet: popjit replicates, shards and pipelines programs"):
         inside_a_function()
     from popjit.tensorflow.keras.layers import Dense  # what exists still imports
     from popjit.tensorflow.python.ipu import nn_ops

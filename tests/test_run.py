@@ -220,9 +220,9 @@ def test_from_import_of_a_missing_name_keeps_popjits_unimplemented_message(tmp_p
     write(tmp_path / "prog.py", """\
         import tensorflow as tf
         try:
-            from tensorflow.python.ipu import pipelining_ops
+            from tensorflow.python.ipu import within_replica_ops
         except ImportError as e:
-            print("pipelining:", isinstance(e, tf.errors.UnimplementedError), e)
+            print("within:", isinstance(e, tf.errors.UnimplementedError), e)
         try:
             from ipu_tensorflow_addons.saved_model_tool import converter
         except tf.errors.UnimplementedError as e:
@@ -231,8 +231,8 @@ def test_from_import_of_a_missing_name_keeps_popjits_unimplemented_message(tmp_p
         """)
     r = popjit_run(["prog.py"], tmp_path)
     assert r.returncode == 1
-    assert ("pipelining: True cannot import name 'pipelining_ops': ipu.pipelining_ops is not implemented by popjit "
-            "yet: popjit replicates a program over several IPUs") in r.stdout
+    assert ("within: True cannot import name 'within_replica_ops': ipu.within_replica_ops is not implemented by "
+            "popjit yet: popjit replicates, shards and pipelines programs") in r.stdout
     assert "tool: True cannot import name 'converter': ipu_tensorflow_addons.saved_model_tool is not" in r.stdout
     assert ("UnimplementedImportError: cannot import name 'Conv3DTranspose': tf.keras.layers.Conv3DTranspose is not "
             "implemented by popjit") in r.stderr

@@ -131,12 +131,14 @@ class ConcreteFunction:
     _devices_compiled_for: set[Any] = field(default_factory=set)
     _fingerprint: str | None = None
     _written: list[int] | None = None  # the ids of the variables the graph writes
+    # Variables its trace created that nothing else holds (a pipeline's accumulators): kept alive with it.
+    owned_variables: list[Any] = field(default_factory=list)
 
     def executable(self, device: str) -> Any:
         """The compiled program for ``device``: compiled on first use, then taken from the executable
         cache (which keeps the most recently used ones)."""
         ordinal = devices.ipu_ordinal(device)
-        target = devices.program_target(device, self.jit_compile)
+        target = devices.program_target(device, self.jit_compile, self.graph.shards)
         if self._fingerprint is None:
             self._fingerprint = self.graph.fingerprint()
         exe = compile_cached(self.graph, target, on_ipu=ordinal is not None, fingerprint=self._fingerprint,
@@ -152,7 +154,7 @@ class ConcreteFunction:
         generator = devices.generator(device)
         variables = {vid: _variable_buffer(vid, generator) for vid in self.graph.variables}
         ordinal = devices.ipu_ordinal(device)
-        if ordinal is not None and devices.get_device(ordinal).total_replicas > 1:
+        if devices.program_replicas(exe) > 1:
             outs = devices.execute(exe, device, args, variables, streams.FEEDS, _versions(variables),
                                    replica_views(generator))
         else:
@@ -313,7 +315,9 @@ class Function:
                     results.append(trace.value_of(leaf))
                 else:
                     spec.append(("python", leaf))
-        return ConcreteFunction(trace.finish(results), out_tree, spec, self.name, self.jit_compile)
+        concrete = ConcreteFunction(trace.finish(results), out_tree, spec, self.name, self.jit_compile)
+        concrete.owned_variables = trace.extra.get("created_variables", [])
+        return concrete
 
     def get_concrete_function(self, *args: Any, **kwargs: Any) -> ConcreteFunction:
         if not args and not kwargs and self.input_signature is not None:

@@ -177,7 +177,16 @@ class Trace:
             results.append(top.var_current[vid])
             bindings.append(Binding("var", vid))
         top.region.results = results
-        return Graph(self.name, top.region, list(self.param_bindings), bindings, dict(self.variables))
+        return Graph(self.name, top.region, list(self.param_bindings), bindings, dict(self.variables), self.shards)
+
+    @property
+    def shards(self) -> int:
+        """The IPUs the traced program spans: one more than the highest shard its ops were placed on."""
+        return self.extra.get("shards", 1)
+
+    def use_shard(self, index: int) -> None:
+        """Note that ops are placed on shard ``index`` (``ipu.scopes.ipu_shard``, a pipeline stage's IPU)."""
+        self.extra["shards"] = max(self.shards, index + 1)
 
 
 _state = threading.local()

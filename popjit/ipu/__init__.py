@@ -15,7 +15,8 @@ from popjit.ipu._modules import package_getattr
 
 __getattr__ = package_getattr("popjit.ipu", "ipu", {
     **{name: f"popjit.ipu.ops.{name}" for name in ("embedding_ops", "math_ops", "nn_ops", "rand_ops", "all_to_all_op",
-                                                   "cross_replica_ops", "reduce_scatter_op", "replication_ops")},
+                                                   "cross_replica_ops", "reduce_scatter_op", "replication_ops",
+                                                   "pipelining_ops")},
     "cross_replica_optimizer": "popjit.ipu.optimizers",
     "layers": "popjit.ipu.keras.layers",
     "losses": "popjit.ipu.keras.losses",

@@ -86,7 +86,7 @@ class IPUStrategyV1:
         """How many replicas the programs it runs have: its device's IPUs (1 before the system is configured)."""
         if not devices.is_configured():
             return 1
-        return devices.get_device(self._device_ordinal).replicas
+        return devices.local_replicas(devices.get_device(self._device_ordinal), 1)
 
     @property
     def extended(self) -> IPUStrategyV1:

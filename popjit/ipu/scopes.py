@@ -1,9 +1,10 @@
 """``ipu.scopes``: device and compilation scopes.
 
-``ipu_scope(device)`` is the working part: ``with ipu.scopes.ipu_scope('/device:IPU:0'):`` places
-what is built inside on that IPU, as ``tf.device`` does (every traced function is compiled for the
-IPU anyway, so no separate JIT scope is needed). The sharding, outside-compilation and numerics
-scopes are not implemented yet and raise ``UnimplementedError`` naming themselves when called.
+``ipu_scope(device)``: ``with ipu.scopes.ipu_scope('/device:IPU:0'):`` places what is built inside on
+that IPU, as ``tf.device`` does (every traced function is compiled for the IPU anyway, so no separate
+JIT scope is needed). ``ipu_shard(i)`` places ops on shard i of a multi-IPU program. The
+outside-compilation and numerics scopes are not implemented yet and raise ``UnimplementedError``
+naming themselves when called.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, NoReturn
 from popjit.compat.v1.variable_scope import get_variable_scope, variable_scope
 from popjit.errors import missing_attributes, unimplemented_stub
 from popjit.frontend.device import device as tf_device
+from popjit.frontend.tracing import current_trace
 from popjit.runtime.device import canonical
 
 
@@ -32,9 +34,18 @@ def ipu_jit_scope(ipu_scope: Any) -> Iterator[None]:
     yield
 
 
-@unimplemented_stub("ipu.scopes.ipu_shard")
-def ipu_shard(index: Any) -> NoReturn:
-    """Manual sharding over the IPUs of a multi-IPU device (not implemented yet)."""
+@contextlib.contextmanager
+def ipu_shard(index: int) -> Iterator[None]:
+    """Place the operations built inside on shard (IPU) ``index`` of the program's device: a program whose
+    ops use shards ``0..S-1`` spans S IPUs, and a device of N IPUs runs it as N / S replicas (more
+    shards than IPUs fails when it compiles). The values are those of the unsharded program; the IPU
+    estimate schedules a sharded program on one IPU with the tiles of all its shards (docs/limitations.md)."""
+    if type(index) is not int or index < 0:
+        raise ValueError(f"ipu_shard: the shard index must be a non-negative int, not {index!r}.")
+    trace = current_trace()
+    if trace is not None:
+        trace.use_shard(index)
+    yield
 
 
 @unimplemented_stub("ipu.scopes.outside_compilation_scope")

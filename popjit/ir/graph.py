@@ -165,6 +165,7 @@ class Graph:
     param_bindings: list[Binding]
     result_bindings: list[Binding]
     variables: dict[int, VarRef] = field(default_factory=dict)
+    shards: int = 1  # the IPUs one copy of the program spans (ipu.scopes.ipu_shard, pipeline stages)
 
     @property
     def params(self) -> list[Value]:
@@ -182,7 +183,7 @@ class Graph:
         without touching this graph, which the traced function keeps."""
         values: dict[int, Value] = {}
         return Graph(self.name, _copy_region(self.region, values), list(self.param_bindings),
-                     list(self.result_bindings), dict(self.variables))
+                     list(self.result_bindings), dict(self.variables), self.shards)
 
     def arg_params(self) -> list[tuple[int, Value]]:
         return [(b.key, p) for b, p in zip(self.param_bindings, self.params) if b.kind == "arg"]

@@ -84,7 +84,8 @@ def print_graph(graph: Graph, digest_constants: bool = False) -> str:
     """The whole graph as text; with ``digest_constants`` large and small constants print as hashes."""
     names = _Names()
     params = ", ".join(f"{names.decl(p)} @{b}" for p, b in zip(graph.params, graph.param_bindings))
-    out = [f"graph {graph.name}({params}) {{"]
+    shards = f" on {graph.shards} shards" if graph.shards > 1 else ""
+    out = [f"graph {graph.name}({params}){shards} {{"]
     _print_region(graph.region, names, "  ", digest_constants, out)
     results = ", ".join(f"{names(v)} @{b}" for v, b in zip(graph.results, graph.result_bindings))
     out.append(f"  return {results}")

@@ -9,8 +9,8 @@ runs ``S`` steps (all the steps of the epoch by default). They map onto
 SDK's checks on the dataset's length and its error texts. A dataset of finite length restarts at
 every epoch. The models can only be used on an IPU (inside an IPUStrategy's scope), and only
 through ``fit``, ``evaluate`` and ``predict``. ``evaluate`` returns a list (the loss, then the
-metrics). Pipelined models (``PipelineModel``, ``PipelineSequential``, ``PipelineStage``) need
-several IPUs and raise ``UnimplementedError``.
+metrics). The pipelined Keras models (``PipelineModel``, ``PipelineSequential``, ``PipelineStage``) raise
+``UnimplementedError`` (``ipu.pipelining_ops.pipeline`` runs pipelines outside Keras).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ import numpy as np
 
 from popjit import config
 from popjit.codegen.numerics import DEFAULT, Numerics
-from popjit.errors import InvalidArgumentError, UnimplementedError
+from popjit.errors import InternalError, InvalidArgumentError, UnimplementedError
 from popjit.flags import poplar_flags
 from popjit.runtime import instances
 from popjit.runtime.replicas import ReplicaStore, ReplicaView, run_alone, run_replicated
@@ -158,41 +158,26 @@ class VirtualDevice:
     replica_store: ReplicaStore | None = None  # the variables of replicas 1.. (a device of several IPUs)
 
     @property
-    def replicas(self) -> int:
-        """How many replicas of a (one-IPU) program run on the device in this process: one per IPU."""
-        return self.num_ipus
-
-    @property
-    def total_replicas(self) -> int:
-        """How many replicas the program has in every instance together (PopDist: the instances' devices
-        share its replicas, ``experimental.multi_replica_distribution``); this device's are
-        ``first_replica .. first_replica + replicas - 1``."""
-        world = spanned_instances()
-        return self.replicas * (world.count if world is not None else 1)
-
-    @property
-    def first_replica(self) -> int:
-        world = spanned_instances()
-        return self.replicas * world.index if world is not None else 0
-
-    def replica_variables(self, variables: dict[int, np.ndarray], versions: dict[int, int]) -> list[dict]:
-        """Each replica's variable buffers (see :class:`~popjit.runtime.replicas.ReplicaStore`)."""
+    def store(self) -> ReplicaStore:
+        """The variables and rounding states of its replicas other than replica 0."""
         if self.replica_store is None:
-            self.replica_store = ReplicaStore(self.replicas)
-        return self.replica_store.variables(variables, versions)
+            self.replica_store = ReplicaStore()
+        return self.replica_store
 
-    def replica_rounding(self) -> list[np.ndarray]:
-        """Each local replica's stochastic-rounding state: replica 0 (of all instances) the device generator's,
-        the others their own (keys of their own unless the seed was reset with identical replicas)."""
-        store = self.replica_store or ReplicaStore(self.replicas)
-        self.replica_store = store
-        first = self.first_replica
+    def replica_rounding(self, first: int, count: int) -> list[np.ndarray]:
+        """The stochastic-rounding state of each of the ``count`` replicas from global replica ``first`` on:
+        replica 0 (of all instances) the device generator's, the others their own (keys of their own unless
+        the seed was reset with identical replicas)."""
+        store = self.store
         if store.rounding_reseeds != self.generator.reseeds:
-            store.rounding, store.rounding_reseeds = [], self.generator.reseeds
-        own = 1 if first == 0 else 0  # why: global replica 0 rounds with the generator's own state
-        while len(store.rounding) < self.replicas - own:
-            store.rounding.append(self.generator.replica_rounding(first + own + len(store.rounding)))
-        return [self.generator.rounding, *store.rounding] if own else list(store.rounding)
+            store.rounding, store.rounding_reseeds = {}, self.generator.reseeds
+        states = []
+        for r in range(first, first + count):
+            if r == 0:
+                states.append(self.generator.rounding)
+            else:
+                states.append(store.rounding.setdefault(r, self.generator.replica_rounding(r)))
+        return states
 
     def attach(self) -> None:
         """Attach the device's IPUs (once), logging it as Graphcore's executor does."""
@@ -269,29 +254,50 @@ def default_target(version: str = "ipu2", tiles_per_ipu: int = 0) -> Target:
     return make_target(version, tiles_per_ipu)
 
 
-def program_target(device: str, jit_compile: bool | None) -> Target | None:
+def program_target(device: str, jit_compile: bool | None, shards: int = 1) -> Target | None:
     """What a function called on ``device`` compiles for: an IPU device's own target; on the host, one
     IPU when ``jit_compile`` asks for it (of the first attached device's kind, else the default ipu2),
     or None: a host program, with no IPU schedule, report or out-of-memory check.
 
-    On a device of several IPUs a (one-IPU) program runs as that many replicas, one per IPU: its target
-    is one IPU with ``replicas`` set (the IPU Model cannot replicate, as Graphcore's cannot)."""
+    A program spans ``shards`` IPUs (``ipu.scopes.ipu_shard``, pipeline stages); on a device of N IPUs it
+    runs as ``N / next_pow2(shards)`` replicas, each on its own IPUs (Graphcore's rule; the IPU Model
+    cannot replicate, as Graphcore's cannot). Its target has the tiles of all its shards (one IPU's tile
+    memory each) and ``replicas`` set to the replicas of every instance together."""
     ordinal = ipu_ordinal(device)
     if ordinal is not None:
         dev = get_device(ordinal)
-        if dev.num_ipus > 1 and dev.target.ipu_model:
+        local = local_replicas(dev, shards)
+        if local > 1 and dev.target.ipu_model:
             raise UnimplementedError(
                 f"{dev.name} is an IPU Model device of {dev.num_ipus} IPUs: replicated programs are not supported "
                 f"on the IPU Model (as in Graphcore's SDK). Use hardware IPUs (ipu_model off) to replicate.{where()}")
-        return _replicated_target(dev.target, dev.total_replicas)
+        world = spanned_instances()
+        return _sharded_target(dev.target, shards, local * (world.count if world is not None else 1))
+    if shards > 1:
+        raise InternalError(f"Trying to compile a graph for the host, but its ipu_shard scopes or pipeline stages "
+                            f"place it on {shards} IPUs: run it on an IPU device of at least {shards} IPUs.{where()}")
     if not jit_compile:
         return None
     return replace(_system.devices[0].target, num_ipus=1) if _system.devices else default_target()
 
 
+def local_replicas(dev: VirtualDevice, shards: int) -> int:
+    """How many replicas of a program spanning ``shards`` IPUs ``dev`` runs: its IPUs over the shards
+    rounded up to a power of two; an ``InternalError`` when they do not fit (Graphcore's compile error)."""
+    span = 1 << max(shards - 1, 0).bit_length()
+    if dev.num_ipus < shards or dev.num_ipus % span:
+        raise InternalError(
+            f"Trying to compile a graph for an IPU device with {dev.num_ipus} IPUs, but the graph spans {shards} "
+            f"shards (ipu_shard scopes or pipeline stages), which need {span} IPUs per replica: {dev.name} must "
+            f"have a multiple of {span} IPUs (cfg.auto_select_ipus).{where()}")
+    return dev.num_ipus // span
+
+
 @functools.lru_cache(maxsize=64)
-def _replicated_target(target: Target, replicas: int) -> Target:
-    return target if replicas == 1 else replace(target, num_ipus=1, replicas=replicas)
+def _sharded_target(target: Target, shards: int, replicas: int) -> Target:
+    if shards == 1 and replicas == 1:
+        return target
+    return replace(target, num_ipus=shards, tiles=target.tiles * shards, replicas=replicas)
 
 
 def configure(counts: list[int], version: str = "ipu2", tiles_per_ipu: int = 0, ipu_model: bool = False,
@@ -366,15 +372,24 @@ def execute(executable: Any, device: str, args: Any, variables: dict[int, np.nda
     if dev.connection == "PRE_COMPILE":
         return executable.precompile(variables, feeds)
     dev.attach()
-    if dev.total_replicas == 1:
+    total = executable.target.replicas
+    if total == 1:
         return _run_one(executable, lambda: executable.run(args, variables, feeds, dev.generator.rounding))
-    per_replica = dev.replica_variables(variables, versions or {})
+    world = spanned_instances()
+    local = total // (world.count if world is not None else 1)
+    first = local * world.index if world is not None else 0
+    per_replica = dev.store.variables(variables, versions or {}, local)
     for vid, view in (views or {}).items():
         if vid in variables:
             for r, own in enumerate(per_replica):
-                own[vid] = view(dev.first_replica + r)
-    return run_replicated(executable, args, per_replica, dev.replica_rounding(), dev.first_replica,
-                          dev.total_replicas, spanned_instances(), feeds)
+                own[vid] = view(first + r)
+    return run_replicated(executable, args, per_replica, dev.replica_rounding(first, local), first, total, world,
+                          feeds)
+
+
+def program_replicas(executable: Any) -> int:
+    """How many replicas (of every instance) a compiled program runs as: 1 for a host program."""
+    return executable.target.replicas if executable.target is not None else 1
 
 
 def spanned_instances() -> Any:

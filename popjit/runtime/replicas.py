@@ -47,26 +47,27 @@ ReplicaView = Callable[[int], np.ndarray]
 
 @dataclass
 class ReplicaStore:
-    """The variable buffers of replicas ``1..R-1`` of one device (replica 0's are the variables' own),
-    each with the version of the host value it last received."""
+    """The variable buffers of a device's replicas ``1..`` (replica 0's are the variables' own), each with the
+    version of the host value it last received, and their stochastic-rounding states by global replica."""
 
-    replicas: int
     buffers: dict[int, tuple[int, list[np.ndarray]]] = field(default_factory=dict)
-    rounding: list[np.ndarray] = field(default_factory=list)  # replicas 1..: their stochastic-rounding states
+    rounding: dict[int, np.ndarray] = field(default_factory=dict)
     rounding_reseeds: int = 0  # the generator's reseed count the rounding states were derived at
 
-    def variables(self, replica0: dict[int, np.ndarray], versions: dict[int, int]) -> list[dict[int, np.ndarray]]:
-        """One variable dict per replica: ``replica0`` first, then each other replica's own buffers, which
-        take replica 0's value when the variable is new to them or the host wrote it since."""
-        others: list[dict[int, np.ndarray]] = [{} for _ in range(self.replicas - 1)]
+    def variables(self, replica0: dict[int, np.ndarray], versions: dict[int, int],
+                  replicas: int) -> list[dict[int, np.ndarray]]:
+        """One variable dict for each of ``replicas`` replicas: ``replica0`` first, then each other replica's
+        own buffers, which take replica 0's value when the variable is new to them or the host wrote it since."""
+        others: list[dict[int, np.ndarray]] = [{} for _ in range(replicas - 1)]
         for vid, buf in replica0.items():
             version = versions.get(vid, 0)
             kept = self.buffers.get(vid)
-            if kept is None or kept[0] != version or kept[1][0].shape != buf.shape:
-                kept = (version, [buf.copy() for _ in others])
+            if kept is None or kept[0] != version or (kept[1] and kept[1][0].shape != buf.shape):
+                kept = (version, [])
                 self.buffers[vid] = kept
-            for r, copy in enumerate(kept[1]):
-                others[r][vid] = copy
+            kept[1].extend(buf.copy() for _ in range(len(kept[1]), replicas - 1))
+            for r in range(replicas - 1):
+                others[r][vid] = kept[1][r]
         return [replica0, *others]
 
 

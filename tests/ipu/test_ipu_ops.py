@@ -204,10 +204,11 @@ def test__graphcores_op_modules__resolve_and_the_missing_ones_are_unimplemented(
     assert ipu.ops.rand_ops is ipu.rand_ops and ipu.ops.embedding_ops is ipu.embedding_ops
     with pytest.raises(UnimplementedAPIError, match=r"ipu\.ops\.functional_ops is not implemented by popjit"):
         ipu.ops.functional_ops  # noqa: B018
-    with pytest.raises(UnimplementedError, match=r"ipu\.ops\.pipelining_ops is not implemented by popjit yet: popjit "
-                                                 r"replicates a program over several IPUs.*"
+    with pytest.raises(UnimplementedError, match=r"ipu\.ops\.within_replica_ops is not implemented by popjit yet: "
+                                                 r"popjit replicates, shards and pipelines programs.*"
                                                  r"set_gradient_accumulation_options"):
-        ipu.ops.pipelining_ops  # noqa: B018
+        ipu.ops.within_replica_ops  # noqa: B018
+    assert ipu.ops.pipelining_ops is ipu.pipelining_ops
     with pytest.raises(UnimplementedError, match=r"ipu\.optimizers\.ShardedOptimizer is not implemented by "
                                                  r"popjit yet"):
         ipu.optimizers.ShardedOptimizer  # noqa: B018

@@ -168,8 +168,8 @@ def test__legacy_models__need_compile_and_an_ipu():
 def test__pipelined_keras__is_unimplemented_with_advice():
     for make in (lambda: ipu.keras.PipelineStage(0), lambda: ipu.keras.PipelineSequential([[]]),
                  lambda: ipu.keras.PipelineModel(None, None), lambda: pj.keras.ipu.PipelineStage(1)):
-        with pytest.raises(UnimplementedError, match=r"is not implemented by popjit yet: popjit replicates a "
-                                                     r"program over several IPUs.*accumulate gradients"):
+        with pytest.raises(UnimplementedError, match=r"is not implemented by popjit yet: popjit replicates, "
+                                                     r"shards and pipelines programs.*accumulate gradients"):
             make()
     model = pj.keras.Sequential([pj.keras.layers.Dense(2)])
     with pytest.raises(UnimplementedError, match=r"tf\.keras\.Model\.set_pipelining_options is not implemented by "
