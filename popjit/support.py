@@ -82,12 +82,6 @@ def _multi_ipu(*names: str) -> list[Entry]:
     return [Entry(name, Status.MISSING, MULTI_IPU_REASON, MULTI_IPU_ADVICE) for name in names]
 
 
-def _model_methods(*methods: str) -> list[Entry]:
-    """Graphcore's Keras ``Model`` methods for several IPUs (``Sequential`` inherits them)."""
-    return [Entry(f"keras.Model.{m}", Status.MISSING, MULTI_IPU_REASON, MULTI_IPU_ADVICE, (f"keras.Sequential.{m}",))
-            for m in methods]
-
-
 def _ipu_modules(*modules: str) -> list[Entry]:
     """Graphcore modules for several IPUs; an op module (``*_op``, ``*_ops``) is also ``ipu.ops.<module>``."""
     return [Entry(f"ipu.{m}", Status.MISSING, MULTI_IPU_REASON, MULTI_IPU_ADVICE,
@@ -115,13 +109,7 @@ ENTRIES: tuple[Entry, ...] = (
     # -- several IPUs --
     *_ipu_modules("sharded_optimizer", "sharding", "within_replica_ops"),
     *_multi_ipu("ipu.optimizers.CrossReplicaGradientAccumulationOptimizer", "ipu.optimizers.ShardedOptimizer",
-                "ipu.keras.optimizers.CrossReplicaOptimizer",
-                "ipu.keras.PipelineModel", "ipu.keras.PipelineSequential", "ipu.keras.SequentialPipelineModel",
-                "ipu.keras.PipelineStage", "keras.ipu.PipelineStage",
-                "keras.ipu.FunctionalLayerPipelineStageAssignment", "keras.ipu.SequentialLayerPipelineStageAssignment",
-                "keras.ipu.ModelLayerPipelineStageAssignment"),
-    *_model_methods("set_pipelining_options", "get_pipeline_stage_assignment", "set_pipeline_stage_assignment",
-                    "reset_pipeline_stage_assignment", "print_pipeline_stage_assignment_summary"),
+                "ipu.keras.optimizers.CrossReplicaOptimizer"),
     # -- several hosts (PopDist) --
     Entry("ipu.ipu_multi_worker_strategy", Status.MISSING,
           "IPUMultiWorkerStrategyV1 (gRPC collectives between hosts, one IPU device per worker) was deprecated in "

@@ -71,3 +71,14 @@ def run_program(source: str, cache: Path, check: bool = True, **env: str) -> sub
     if check:
         assert out.returncode == 0, out.stderr[-3000:]
     return out
+
+
+def device_of(ipus: int) -> Any:
+    """Configure a system of one device of ``ipus`` IPUs; an ``IPUStrategy`` on it."""
+    # why: the tests import helpers before popjit.ipu is needed elsewhere
+    from popjit import ipu
+
+    cfg = ipu.config.IPUConfig()
+    cfg.auto_select_ipus = ipus
+    cfg.configure_ipu_system()
+    return ipu.ipu_strategy.IPUStrategy()

@@ -81,12 +81,17 @@ class IPUStrategyV1:
         """Always 1: replication is expressed inside the program, not by the strategy."""
         return 1
 
-    @property
-    def _replication_factor(self) -> int:
-        """How many replicas the programs it runs have: its device's IPUs (1 before the system is configured)."""
+    def _replicas_for(self, shards: int = 1) -> int:
+        """How many replicas its programs spanning ``shards`` IPUs have (1 before the system is configured);
+        Graphcore's Keras error when the device's IPUs are not a multiple of the IPUs one copy spans."""
         if not devices.is_configured():
             return 1
-        return devices.local_replicas(devices.get_device(self._device_ordinal), 1)
+        device = devices.get_device(self._device_ordinal)
+        span = 1 << max(shards - 1, 0).bit_length()
+        if device.num_ipus % span or device.num_ipus < shards:
+            raise ValueError(f"Current device has {device.num_ipus} IPUs attached, however the current model requires "
+                             f"a multiple of {span} IPUs.")
+        return devices.local_replicas(device, shards)
 
     @property
     def extended(self) -> IPUStrategyV1:

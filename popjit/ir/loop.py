@@ -518,7 +518,13 @@ class Collective(Stmt):
     reduce: str = "sum"
     split_axis: int = 0
     concat_axis: int = 0
+    src_shape: tuple[int, ...] | None = None  # the operand's shape, when ``src`` is a buffer of another shape
     visit_method: ClassVar[str] = "visit_collective"
+
+    @property
+    def operand_shape(self) -> tuple[int, ...]:
+        """The shape the collective reads ``src`` in."""
+        return self.src.shape if self.src_shape is None else self.src_shape
 
     def reads(self) -> set[Buffer]:
         return {self.src}

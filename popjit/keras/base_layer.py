@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from popjit.frontend import api as tf
-from popjit.keras import backend, constraints, initializers, mixed_precision, regularizers
+from popjit.keras import backend, constraints, initializers, mixed_precision, pipelining, regularizers
 
 _LAYER_KWARGS = frozenset({"input_dim", "input_shape", "batch_input_shape", "batch_size", "weights",
                            "activity_regularizer", "autocast", "implementation"})
@@ -75,6 +75,7 @@ class Layer:
         self.supports_masking = False
         self._strategy = backend.current_strategy()
         self._inbound_nodes: list[Any] = []
+        self._pipeline_stage = pipelining.current_stage()  # a layer made inside a PipelineStage keeps its stage
         self._build_input_shape: Any = None
         self._output_shape: Any = None
         self._initial_weights = kwargs.get("weights")

@@ -9,8 +9,8 @@ runs ``S`` steps (all the steps of the epoch by default). They map onto
 SDK's checks on the dataset's length and its error texts. A dataset of finite length restarts at
 every epoch. The models can only be used on an IPU (inside an IPUStrategy's scope), and only
 through ``fit``, ``evaluate`` and ``predict``. ``evaluate`` returns a list (the loss, then the
-metrics). The pipelined Keras models (``PipelineModel``, ``PipelineSequential``, ``PipelineStage``) raise
-``UnimplementedError`` (``ipu.pipelining_ops.pipeline`` runs pipelines outside Keras).
+metrics). ``PipelineSequential`` and ``PipelineModel`` are these models trained as pipelines: the values
+of gradient accumulation, on one IPU per stage (:mod:`popjit.keras.pipelining`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,13 @@ from popjit.errors import UnimplementedError
 from popjit.frontend import api as tf
 from popjit.keras import models
 from popjit.keras.base_layer import Layer
+from popjit.keras.pipelining import (
+    FunctionalLayerPipelineStageAssignment,
+    ModelLayerPipelineStageAssignment,
+    PipelineStage,
+    SequentialLayerPipelineStageAssignment,
+)
 from popjit.keras.training import TrainingAPI, _as_array, _is_dataset
-from popjit.support import mark_stub, unimplemented_message
 
 __all__ = ["FunctionalLayerPipelineStageAssignment", "Model", "ModelLayerPipelineStageAssignment", "PipelineModel",
            "PipelineSequential", "PipelineStage", "Sequential", "SequentialLayerPipelineStageAssignment",
@@ -266,22 +271,42 @@ class Model(_LegacyIPUModel, models.Model):
                           accumulation_count, accumulation_dtype)
 
 
-def _needs_several_ipus(qualified: str) -> type:
-    """A Graphcore class for several IPUs: constructing it raises ``UnimplementedError`` with advice."""
+class PipelineSequential(Sequential):
+    """``ipu.keras.PipelineSequential(stages, gradient_accumulation_count, ...)`` (SDK ≤ 2.1): a Sequential
+    model of lists of layers, each list a pipeline stage (on IPU ``device_mapping[i]``, default ``i``); it
+    trains with gradient accumulation over ``gradient_accumulation_count`` mini-batches, as the pipeline
+    computes it."""
 
-    def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
-        raise UnimplementedError(unimplemented_message(qualified))
+    def __init__(self, stages: list[list[Layer]], gradient_accumulation_count: int,
+                 gradient_accumulation_dtype: Any = None, batch_serialization_iterations: int = 1,
+                 device_mapping: list[int] | None = None,
+                 pipeline_schedule: Any = None, recomputation_mode: Any = None, **kwargs: Any) -> None:
+        if not isinstance(stages, (list, tuple)) or not all(isinstance(s, (list, tuple)) for s in stages):
+            raise TypeError("PipelineSequential requires a list of lists of layers, one list per pipeline stage.")
+        if batch_serialization_iterations != 1:
+            raise UnimplementedError("PipelineSequential(batch_serialization_iterations != 1) is not supported by "
+                                     "popjit.")
+        super().__init__([layer for stage in stages for layer in stage], gradient_accumulation_count,
+                         gradient_accumulation_dtype, **kwargs)
+        self._stage_assignment = [k for k, stage in enumerate(stages) for _ in stage]
+        self._pipelining = {"device_mapping": list(device_mapping) if device_mapping is not None else None,
+                            "schedule": pipeline_schedule}
 
-    name = qualified.rpartition(".")[2]
-    return mark_stub(qualified)(type(name, (), {
-        "__init__": refuse, "__doc__": f"``{qualified}``: needs several IPUs; raises ``UnimplementedError`` (see "
-                                       ":func:`popjit.support.multi_ipu_message`)."}))
+
+class PipelineModel(Model):
+    """``ipu.keras.PipelineModel(inputs, outputs, gradient_accumulation_count, ...)`` (SDK ≤ 2.1): a functional
+    model whose layers were called inside ``ipu.keras.PipelineStage`` scopes; it trains with gradient
+    accumulation over ``gradient_accumulation_count`` mini-batches, as the pipeline computes it."""
+
+    def __init__(self, inputs: Any, outputs: Any, gradient_accumulation_count: int,
+                 gradient_accumulation_dtype: Any = None, batch_serialization_iterations: int = 1,
+                 device_mapping: list[int] | None = None, pipeline_schedule: Any = None, recomputation_mode: Any = None,
+                 **kwargs: Any) -> None:
+        if batch_serialization_iterations != 1:
+            raise UnimplementedError("PipelineModel(batch_serialization_iterations != 1) is not supported by popjit.")
+        super().__init__(inputs, outputs, gradient_accumulation_count, gradient_accumulation_dtype, **kwargs)
+        self._pipelining = {"device_mapping": list(device_mapping) if device_mapping is not None else None,
+                            "schedule": pipeline_schedule}
 
 
-PipelineModel = _needs_several_ipus("ipu.keras.PipelineModel")
-PipelineSequential = _needs_several_ipus("ipu.keras.PipelineSequential")
-SequentialPipelineModel = _needs_several_ipus("ipu.keras.SequentialPipelineModel")
-PipelineStage = _needs_several_ipus("ipu.keras.PipelineStage")
-FunctionalLayerPipelineStageAssignment = _needs_several_ipus("keras.ipu.FunctionalLayerPipelineStageAssignment")
-SequentialLayerPipelineStageAssignment = _needs_several_ipus("keras.ipu.SequentialLayerPipelineStageAssignment")
-ModelLayerPipelineStageAssignment = _needs_several_ipus("keras.ipu.ModelLayerPipelineStageAssignment")
+SequentialPipelineModel = PipelineSequential

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from popjit.frontend import api as tf
-from popjit.keras import backend
+from popjit.keras import backend, pipelining
 from popjit.keras.base_layer import Layer, as_shape_tuple, map_shapes
 
 # The size a None (batch) dimension takes while tracing a layer to find its output signature.
@@ -122,6 +122,7 @@ class Node:
         self.kwargs = kwargs
         self.outputs = outputs
         self.keras_inputs = [x for x in tf.nest.flatten((inputs, args, kwargs)) if isinstance(x, KerasTensor)]
+        self.stage = pipelining.node_stage(layer)  # its pipeline stage (None: not assigned)
 
     def run(self, values: dict[int, Any]) -> list[Any]:
         """Call the layer on the real tensors standing for its KerasTensor arguments."""

@@ -21,8 +21,9 @@ import numpy as np
 from popjit import context, data
 from popjit.frontend import api as tf
 from popjit.frontend import control_flow
+from popjit.frontend.tracing import current_trace
 from popjit.keras import callbacks as callbacks_mod
-from popjit.keras import gradient_accumulation, mixed_precision, optimizers
+from popjit.keras import gradient_accumulation, mixed_precision, optimizers, pipelining
 from popjit.keras.compile_utils import LossesContainer, MetricsContainer
 
 log = logging.getLogger("popjit")
@@ -239,9 +240,9 @@ class DataHandler:
             step += n
 
 
-def replicas(strategy: Any) -> int:
-    """How many replicas the programs ``strategy`` runs have (1 on the host)."""
-    return strategy._replication_factor if strategy is not None else 1
+def replicas(strategy: Any, shards: int = 1) -> int:
+    """How many replicas the programs ``strategy`` runs have when they span ``shards`` IPUs (1 on the host)."""
+    return strategy._replicas_for(shards) if strategy is not None else 1
 
 
 def _lists_to_tuples(structure: Any) -> Any:
@@ -335,11 +336,14 @@ class TrainingAPI:
                                                          1.0 / steps if normalize else 1.0)
 
     def _check_gradient_accumulation(self, on_ipu: bool) -> None:
-        """Graphcore's checks when training with gradient accumulation."""
+        """Graphcore's checks when training with gradient accumulation or pipelining."""
+        pipelined = on_ipu and self._pipelined()
+        if pipelined:
+            self._check_pipelined()
         if getattr(self, "_accumulator", None) is None:
             return
         steps = self._accumulator.steps
-        if user_overrides(type(self), "train_step"):
+        if user_overrides(type(self), "train_step") and not pipelined:
             raise RuntimeError(f"The function `train_step` for the model {self.name} has been overridden. This is not "
                                "supported for Keras models with gradient accumulation enabled.")
         if user_overrides(type(self.optimizer), "minimize"):
@@ -347,11 +351,158 @@ class TrainingAPI:
                              "OptimizerV2.minimize.")
         if on_ipu and self._steps_per_execution % steps:
             raise RuntimeError(
-                "The model has been configured to use gradient accumulation for training, however the current "
+                f"The {'pipelined ' if pipelined else ''}model has been configured to use gradient accumulation for "
+                "training, however the current "
                 f"`steps_per_execution` value (set to {self._steps_per_execution}) is not divisible by "
                 f"`gradient_accumulation_steps_per_replica` ({steps}). You need to adjust either "
                 "`steps_per_execution` or`gradient_accumulation_steps_per_replica` to make sure that "
                 "`steps_per_execution` is divisible by `gradient_accumulation_steps_per_replica`.")
+
+    def _check_pipelined(self) -> None:
+        """Graphcore's rules for training a pipelined model (gradient accumulation at least twice the stages,
+        none of the step functions overridden)."""
+        for name in ("train_step", "call", "test_step", "predict_step"):
+            if user_overrides(type(self), name) and getattr(self, "_is_graph_network", False):
+                raise RuntimeError(f"The function `{name}` for the model {self.name} has been overridden. This is not "
+                                   "supported for pipelined Keras models.")
+        if getattr(self, "_accumulator", None) is None:
+            raise ValueError("The model which you are attempting to train is pipelined, however "
+                             "`gradient_accumulation_steps_per_replica` has not been set through "
+                             "`set_pipelining_options()`. You need to set this value as pipelined models will perform "
+                             "gradient accumulation when training.")
+        least = 2 * (max(s for s in self._stages() if s is not None) + 1)
+        if self._accumulator.steps < least:
+            raise tf.errors.FailedPreconditionError(
+                f"The number of iterations of the pipeline must be at least {least}, but it is "
+                f"{self._accumulator.steps}. This number might be called `gradient_accumulation_count`, "
+                "`gradient_accumulation_steps_per_replica` or `steps_per_execution` depending on the API used.")
+
+    # -- pipelining (Graphcore's extension; popjit.keras.pipelining) --------------------------------
+    def _stage_calls(self) -> list[tuple[Any, Any, list[int], Any]]:
+        """Each layer call with a pipeline stage, in post-order: (assignment class, layer, positions of the
+        calls it takes inputs from, node)."""
+        if not self.built:
+            raise RuntimeError(f"Cannot get pipeline stage assignments for model `{self.name}` which has not been "
+                               "built yet. Please call `model.build()` first.")
+        if getattr(self, "_stack", None) is not None:  # Sequential
+            return [(pipelining.SequentialLayerPipelineStageAssignment, layer, [k - 1] if k else [], None)
+                    for k, layer in enumerate(self.layers)]
+        if self._is_graph_network:
+            nodes = [n for n in self._nodes if n.keras_inputs]
+            position = {id(n): k for k, n in enumerate(nodes)}
+            calls = []
+            for node in nodes:
+                inbound = [kt._keras_history[0]._inbound_nodes[kt._keras_history[1]] for kt in node.keras_inputs]
+                calls.append((pipelining.FunctionalLayerPipelineStageAssignment, node.layer,
+                              [position[id(n)] for n in inbound if id(n) in position], node))
+            return calls
+        return [(pipelining.ModelLayerPipelineStageAssignment, layer, [], None) for layer in self.layers]
+
+    def _stages(self) -> list[int | None]:
+        """The stage of each call (:meth:`_stage_calls`): set by :meth:`set_pipeline_stage_assignment`, else
+        from the ``PipelineStage`` scopes."""
+        kept = getattr(self, "_stage_assignment", None)
+        if kept is not None:
+            return list(kept)
+        return [node.stage if node is not None else layer._pipeline_stage for _, layer, _, node in self._stage_calls()]
+
+    def get_pipeline_stage_assignment(self) -> list[Any]:
+        """Each layer call of the model (a Sequential's layers, a functional model's nodes in post-order) and
+        the pipeline stage it is assigned to."""
+        calls, stages = self._stage_calls(), self._stages()
+        return [cls(layer, 0 if node is None else layer._inbound_nodes.index(node),
+                    [calls[j][1] for j in inbound], stage)
+                for (cls, layer, inbound, node), stage in zip(calls, stages)]
+
+    def set_pipeline_stage_assignment(self, pipeline_stage_assignment: list[Any]) -> None:
+        """Assign each layer call to a stage: a list of ints (one per call, for a Sequential) or the edited list
+        :meth:`get_pipeline_stage_assignment` returned, with Graphcore's checks."""
+        if not isinstance(pipeline_stage_assignment, list):
+            raise ValueError("`pipeline_stage_assignment` needs to be a list")
+        if not self.built:
+            raise RuntimeError(f"Cannot set pipeline stage assignments for model `{self.name}` which has not been "
+                               "built yet. Please call `model.build()` first or assign pipeline stages in your graph "
+                               "definition using PipelineStage scopes.")
+        calls = self._stage_calls()
+        if len(pipeline_stage_assignment) != len(calls):
+            given = len(pipeline_stage_assignment)
+            raise ValueError(f"The length of the provided `pipeline_stage_assignment` ({given}) does not match the "
+                             f"number of layers in the graph ({len(calls)}). Each layer needs to be assigned a "
+                             "pipeline stage.")
+        stages = [a if isinstance(a, int) else a.pipeline_stage for a in pipeline_stage_assignment]
+        pipelining.check_stages(stages, [layer.name for _, layer, _, _ in calls], [c[2] for c in calls])
+        self._stage_assignment = stages
+        self._functions = {}
+
+    def reset_pipeline_stage_assignment(self) -> None:
+        """Forget the assignment :meth:`set_pipeline_stage_assignment` made."""
+        self._stage_assignment = None
+        self._functions = {}
+
+    def print_pipeline_stage_assignment_summary(self, line_length: int | None = None,
+                                                print_fn: Callable[[str], Any] | None = None) -> None:
+        """Graphcore's table of each layer call, its input layers and its pipeline stage."""
+        rows = [(f"{a.layer.name} ({type(a.layer).__name__}) ({a.node_index})",
+                 ", ".join(x.name for x in a.inbound_layers), str(a.pipeline_stage))
+                for a in self.get_pipeline_stage_assignment()]
+        pipelining.summary(rows, line_length, print_fn)
+
+    def set_pipelining_options(self, gradient_accumulation_steps_per_replica: int | None = None,
+                               device_mapping: list[int] | None = None, accumulate_outfeed: bool | None = None,
+                               experimental_normalize_gradients: bool | None = None,
+                               gradient_accumulation_reduction_method: Any = "sum", **pipelining_kwargs: Any) -> None:
+        """Graphcore's extension: train the model as a pipeline of its stages (``PipelineStage`` scopes or
+        :meth:`set_pipeline_stage_assignment`), stage ``i`` on IPU ``device_mapping[i]`` (default: its own),
+        the optimizer applied once every ``gradient_accumulation_steps_per_replica`` steps. The values are
+        those of gradient accumulation over those steps; the program spans ``max(device_mapping) + 1`` IPUs
+        and replicates over the rest of the device."""
+        for key in ("gradient_accumulation_count", "repeat_count", "inputs", "infeed_queue", "outfeed_queue",
+                    "optimizer_function", "outfeed_loss", "outfeed_mask", "reduction_method", "name"):
+            if key in pipelining_kwargs:
+                raise ValueError(f"Found `{key}` key in `pipelining_kwargs`. This argument is automatically set by "
+                                 "Keras.")
+        for key, value in pipelining_kwargs.items():
+            if key not in ("pipeline_schedule", "recomputation_mode") and value not in (None, False):
+                raise tf.errors.UnimplementedError(f"set_pipelining_options({key}={value!r}) is not supported by "
+                                                   "popjit. Remove it.")
+        if accumulate_outfeed:
+            raise tf.errors.UnimplementedError("set_pipelining_options(accumulate_outfeed=True) is not supported by "
+                                               "popjit's Keras.")
+        if device_mapping is not None and (not isinstance(device_mapping, list) or
+                                           any(type(d) is not int or d < 0 for d in device_mapping)):
+            raise ValueError(f"device_mapping must be a list of IPU indices, not {device_mapping!r}.")
+        self._pipelining = {"device_mapping": device_mapping, "schedule": pipelining_kwargs.get("pipeline_schedule")}
+        self.set_gradient_accumulation_options(gradient_accumulation_steps_per_replica,
+                                               experimental_normalize_gradients, gradient_accumulation_reduction_method)
+
+    def _pipelined(self) -> bool:
+        """Whether the model is pipelined: some of its layer calls have a stage (an unbuilt model: an
+        assignment was set, as ``PipelineSequential`` sets one)."""
+        if not self.built:
+            return getattr(self, "_stage_assignment", None) is not None
+        return any(s is not None for s in self._stages())
+
+    def _pipeline_shards(self) -> int:
+        """The IPUs one copy of the model's programs spans: one per stage, or as ``device_mapping`` maps them."""
+        if not self._pipelined():
+            return 1
+        stages = self._stages()
+        calls = self._stage_calls() if self.built else []
+        missing = [layer.name for (_, layer, _, _), stage in zip(calls, stages) if stage is None]
+        if missing:
+            raise ValueError(f"All layers of a pipelined model must have an associated pipeline stage. However, "
+                             f"{missing[0]} has not been assigned to one. Pipeline stages can be assigned when a layer "
+                             "is constructed, or each time a layer is called. Different pipeline stages can assigned "
+                             "to each call.")
+        mapping = (getattr(self, "_pipelining", None) or {}).get("device_mapping")
+        count = max(s for s in stages if s is not None) + 1
+        if mapping is not None and len(mapping) != count:
+            raise ValueError(f"Each stage must be mapped to an IPU: {len(mapping)} mappings != {count} stages")
+        return (max(mapping) if mapping else count - 1) + 1
+
+    def _shards_on(self, strategy: Any) -> int:
+        """The IPUs one copy of this model's programs spans on ``strategy`` (1 on the host)."""
+        return self._pipeline_shards() if self._device_loop(strategy) else 1
 
     def _log_effective_batch(self, handler: DataHandler) -> None:
         """Graphcore's log of the batch one weight update sees, when gradients are accumulated or replicated."""
@@ -516,7 +667,11 @@ class TrainingAPI:
                 outfeed.enqueue(step(next(infeed)))
                 return []
 
+            shards = self._shards_on(strategy)
+
             def loop() -> None:
+                if shards > 1:  # a pipelined model's program spans one IPU per stage
+                    current_trace().use_shard(shards - 1)
                 # why: library code is not converted by autograph, so the device loop is built directly
                 control_flow.for_range(0, steps, 1, one_step, [])
 
@@ -593,7 +748,8 @@ class TrainingAPI:
         if validation_split and validation_data is None:
             x, y, sample_weight, validation_data = _split(x, y, sample_weight, validation_split)
         handler = DataHandler(x, y, sample_weight, batch_size, steps_per_epoch, shuffle, class_weight,
-                              self._device_loop(strategy), self._steps_per_execution, "train", replicas(strategy))
+                              self._device_loop(strategy), self._steps_per_execution, "train",
+                              replicas(strategy, self._shards_on(strategy)))
         self._check_gradient_accumulation(self._device_loop(strategy))
         self._log_effective_batch(handler)
         self._build_for(handler)
@@ -626,7 +782,7 @@ class TrainingAPI:
         strategy = self._check_call("evaluate")
         verbose = 1 if verbose == "auto" else int(verbose)
         handler = DataHandler(x, y, sample_weight, batch_size, steps, False, None, self._device_loop(strategy),
-                              self._steps_per_execution, "test", replicas(strategy))
+                              self._steps_per_execution, "test", replicas(strategy, self._shards_on(strategy)))
         self._build_for(handler)
         cbs = callbacks_mod.configure(callbacks, self, False, verbose, steps=handler.steps, mode="test")
         self.reset_metrics()
@@ -645,7 +801,8 @@ class TrainingAPI:
         strategy = self._check_call("predict", needs_compile=False)
         verbose = 1 if verbose == "auto" else int(verbose)
         handler = DataHandler(x, None, None, batch_size, steps, False, None, self._device_loop(strategy),
-                              getattr(self, "_steps_per_execution", 1), "predict", replicas(strategy))
+                              getattr(self, "_steps_per_execution", 1), "predict",
+                              replicas(strategy, self._shards_on(strategy)))
         if not hasattr(self, "_functions"):
             self._functions = {}
         self._build_for(handler)

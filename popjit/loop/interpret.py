@@ -168,7 +168,7 @@ class Runner(StmtVisitor):
         """One replica alone: a group of one (a replicated program runs on the engine, not here)."""
         if s.group > 1:
             raise ValueError(f"{s.name}: a collective over groups of {s.group} replicas needs a replicated run")
-        src = self.mem[s.src.uid].reshape(s.src.shape)
+        src = self.mem[s.src.uid].reshape(s.operand_shape)
         self.mem[s.dst.uid][...] = collective_result(s.op, [src], 0, s.reduce, s.split_axis,
                                                      s.concat_axis).reshape(-1)
 

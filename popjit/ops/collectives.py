@@ -123,24 +123,55 @@ def _lower(kind: str) -> Any:
         dst = ctx.new_temp(out.shape, out.dtype, node.op)
         op = attrs.get("op", "sum") if kind == "reduce" else kind
         ctx.emit(Collective(ctx.name(node.op, ()), op, dst, src.view.buffer, attrs.get("group", 0),
-                            attrs.get("op", "sum"), attrs.get("split_axis", 0), attrs.get("concat_axis", 0)))
+                            attrs.get("op", "sum"), attrs.get("split_axis", 0), attrs.get("concat_axis", 0),
+                            tuple(node.inputs[0].shape)))
         return [Lazy.of_buffer(dst, out.shape)]
     return lower
 
 
-def _all_reduce_vjp(t: Any, primals: list, outputs: list, cts: list, op: str = "sum", group: int = 0) -> list[Any]:
+def _linear(op: str) -> None:
     if op not in ("sum", "mean"):
         raise ValueError(f"No gradient is defined for a cross-replica {op}.")
+
+
+def _all_reduce_vjp(t: Any, primals: list, outputs: list, cts: list, op: str = "sum", group: int = 0) -> list[Any]:
+    """Every replica's output depends on every replica's input: the cotangents reduced the same way."""
+    _linear(op)
     return [t.apply_op("all_reduce", [cts[0]], op=op, group=group)]
+
+
+def _all_gather_vjp(t: Any, primals: list, outputs: list, cts: list, group: int) -> list[Any]:
+    """Row k of every replica's result is replica k's input: replica k's cotangent is the sum over the group
+    of row k of theirs, its part of a reduce-scatter of the flattened cotangents."""
+    (x,), (ct,) = primals, cts
+    part = t.apply_op("reduce_scatter", [t.reshape(ct, [-1])], group=group, op="sum")
+    return [t.reshape(part, t.shape_of(x))]
+
+
+def _reduce_scatter_vjp(t: Any, primals: list, outputs: list, cts: list, group: int, op: str = "sum") -> list[Any]:
+    """Each replica's part came from every replica's input: the parts' cotangents gathered (and unpadded)."""
+    _linear(op)
+    (x,), (ct,) = primals, cts
+    every = t.reshape(t.apply_op("all_gather", [ct], group=group), [-1])
+    n = t.shape_of(x)[0]
+    grad = t.slice(every, [0], [n])
+    return [grad / float(group) if op == "mean" else grad]
+
+
+def _all_to_all_vjp(t: Any, primals: list, outputs: list, cts: list, split_axis: int, concat_axis: int,
+                    group: int) -> list[Any]:
+    """A permutation of the parts between replicas: its inverse, the exchange with the axes swapped."""
+    return [t.apply_op("all_to_all", [cts[0]], split_axis=concat_axis, concat_axis=split_axis, group=group)]
 
 
 register(OpDef("all_reduce", OTHER, _reduce_infer, _single("reduce"), _lower("reduce"), vjp=_all_reduce_vjp,
                doc="ipu.cross_replica_ops.cross_replica_sum / cross_replica_mean: reduce over replicas",
                extra={"replicated": True}))
-register(OpDef("all_gather", OTHER, _gather_infer, _single("gather"), _lower("gather"),
+register(OpDef("all_gather", OTHER, _gather_infer, _single("gather"), _lower("gather"), vjp=_all_gather_vjp,
                doc="ipu.all_to_all_op.all_gather: every replica's value, stacked", extra={"replicated": True}))
 register(OpDef("reduce_scatter", OTHER, _scatter_infer, _single("reduce_scatter"), _lower("reduce_scatter"),
-               doc="ipu.reduce_scatter_op.reduce_scatter: reduce over replicas, each keeps its part",
-               extra={"replicated": True}))
+               vjp=_reduce_scatter_vjp, extra={"replicated": True},
+               doc="ipu.reduce_scatter_op.reduce_scatter: reduce over replicas, each keeps its part"))
 register(OpDef("all_to_all", OTHER, _all_to_all_infer, _single("all_to_all"), _lower("all_to_all"),
-               doc="ipu.all_to_all_op.all_to_all: exchange parts between replicas", extra={"replicated": True}))
+               vjp=_all_to_all_vjp, extra={"replicated": True},
+               doc="ipu.all_to_all_op.all_to_all: exchange parts between replicas"))

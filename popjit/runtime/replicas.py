@@ -150,7 +150,8 @@ def _collective(index: Any, dst: Any, src: Any) -> int:
         return _alone(int(index), dst, src)
     try:
         stmt = run.table[int(index)]
-        return run.exchange(_CURRENT.replica, int(index), _view(dst, stmt.dst), _view(src, stmt.src))
+        return run.exchange(_CURRENT.replica, int(index), _view(dst, stmt.dst),
+                            _view(src, stmt.src).reshape(stmt.operand_shape))
     except threading.BrokenBarrierError:
         return 1
     except BaseException as e:  # why: an exception must not cross the C call; the run raises it
@@ -164,7 +165,8 @@ _ALONE = threading.local()  # .table: the collectives of a program run without r
 def _alone(index: int, dst: Any, src: Any) -> int:
     """A collective of a program run by one replica (a device of one IPU): a group of one."""
     stmt = _ALONE.table[index]
-    _view(dst, stmt.dst)[...] = collective_result(stmt.op, [_view(src, stmt.src)], 0, stmt.reduce, stmt.split_axis,
+    operand = _view(src, stmt.src).reshape(stmt.operand_shape)
+    _view(dst, stmt.dst)[...] = collective_result(stmt.op, [operand], 0, stmt.reduce, stmt.split_axis,
                                                   stmt.concat_axis).reshape(stmt.dst.shape)
     return 0
 

@@ -30,8 +30,10 @@ NOT_DIFFERENTIABLE = frozenset({
     "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "is_nan", "is_finite", "argmax", "argmin",
     "reduce_any", "reduce_all", "one_hot", "constant", "iota", "eye", "random_uniform", "random_normal", "philox",
 })
-# Gradients of `while`/`if` come with the control-flow work; feeds carry no gradient (effects).
-OWNED_ELSEWHERE = frozenset({"while", "if", "infeed_dequeue", "outfeed_enqueue"})
+# Gradients of `while`/`if` come with the control-flow work; feeds carry no gradient (effects); the
+# collectives' gradients are tested across real replicas (tests/ipu/test_replication.py).
+OWNED_ELSEWHERE = frozenset({"while", "if", "infeed_dequeue", "outfeed_enqueue", "all_reduce", "all_gather",
+                             "reduce_scatter", "all_to_all"})
 
 
 @dataclass

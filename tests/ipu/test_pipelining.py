@@ -14,6 +14,7 @@ from popjit import tensorflow as tf
 from popjit.errors import FailedPreconditionError, InternalError, UnimplementedError
 from popjit.ipu.ops import pipelining_ops
 from popjit.runtime import device as devices
+from tests.helpers import device_of
 
 rng = np.random.default_rng(0)
 X = rng.standard_normal((32, 3)).astype(np.float32)
@@ -21,11 +22,6 @@ Y = rng.standard_normal((32, 1)).astype(np.float32)
 LR = 0.1
 
 
-def _device(ipus: int) -> ipu.ipu_strategy.IPUStrategy:
-    cfg = ipu.config.IPUConfig()
-    cfg.auto_select_ipus = ipus
-    cfg.configure_ipu_system()
-    return ipu.ipu_strategy.IPUStrategy()
 
 
 def _numpy(gac: int, repeats: int, reduction: str = "sum", replicas: int = 1, batch: int = 2) -> tuple:
@@ -80,7 +76,7 @@ def _train(strategy, gac: int, repeats: int, **options):
 
 @pytest.mark.parametrize("reduction", ["sum", "mean", "running_mean"])
 def test_training_equals_sequential_gradient_accumulation(fresh_ipu_system, reduction):
-    w1, w2, losses, _ = _train(_device(2), 4, 2, reduction_method=reduction)
+    w1, w2, losses, _ = _train(device_of(2), 4, 2, reduction_method=reduction)
     a, b, want = _numpy(4, 2, "mean" if reduction != "sum" else "sum")
     np.testing.assert_allclose(w1, a, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(w2, b, rtol=1e-5, atol=1e-7)
@@ -88,7 +84,7 @@ def test_training_equals_sequential_gradient_accumulation(fresh_ipu_system, redu
 
 
 def test_two_stages_on_four_ipus_run_as_two_replicas(fresh_ipu_system):
-    w1, w2, losses, run = _train(_device(4), 4, 1)
+    w1, w2, losses, run = _train(device_of(4), 4, 1)
     a, b, want = _numpy(4, 1, replicas=2)
     np.testing.assert_allclose(w1, a, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(w2, b, rtol=1e-5, atol=1e-7)
@@ -99,7 +95,7 @@ def test_two_stages_on_four_ipus_run_as_two_replicas(fresh_ipu_system):
 
 
 def test_inference_and_accumulated_outfeed(fresh_ipu_system):
-    strategy = _device(2)
+    strategy = device_of(2)
     infeed = ipu.ipu_infeed_queue.IPUInfeedQueue(tf.data.Dataset.from_tensor_slices(X).batch(4, drop_remainder=True))
     every = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
 
@@ -120,7 +116,7 @@ def test_tf1_pipeline_in_a_session(fresh_ipu_system):
     tf1 = tf.compat.v1
     graph = tf1.Graph()
     with graph.as_default():
-        _device(2)
+        device_of(2)
         infeed = ipu.ipu_infeed_queue.IPUInfeedQueue(tf.data.Dataset.from_tensor_slices((X, Y)).batch(
             2, drop_remainder=True))
         outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
@@ -156,7 +152,7 @@ def test_tf1_pipeline_in_a_session(fresh_ipu_system):
 
 
 def test_graphcores_pipeline_errors(fresh_ipu_system):
-    strategy = _device(2)
+    strategy = device_of(2)
     outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue(ipu.ipu_outfeed_queue.IPUOutfeedMode.LAST)
     stages = [lambda x: x, lambda x: x]
     with pytest.raises(ValueError, match=re.escape("gradient_accumulation_count must be specified.")):
@@ -209,9 +205,9 @@ def test_sharding_places_ops_on_shards_and_needs_the_ipus(fresh_ipu_system):
             return o1 + o2 + o3
 
     args = [np.array([1.0, 1.0], np.float32), np.array([0.0, 1.0], np.float32), np.array([1.0, 5.0], np.float32)]
-    np.testing.assert_array_equal(_device(4).run(sharded, args=args).numpy(), [4.0, 14.0])  # seed 004's numbers
+    np.testing.assert_array_equal(device_of(4).run(sharded, args=args).numpy(), [4.0, 14.0])  # seed 004's numbers
     assert sharded.get_concrete_function(*args).graph.shards == 4
     with pytest.raises(InternalError, match="device with 2 IPUs, but the graph spans 4 shards"):
-        _device(2).run(sharded, args=args)
+        device_of(2).run(sharded, args=args)
     with pytest.raises(ValueError, match="non-negative int"), ipu.scopes.ipu_shard(-1):
         pass

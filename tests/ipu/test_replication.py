@@ -15,6 +15,7 @@ from popjit import ipu
 from popjit import tensorflow as tf
 from popjit.errors import InternalError, InvalidArgumentError, UnimplementedError
 from popjit.runtime import device as devices
+from tests.helpers import device_of
 
 R = 4
 
@@ -22,10 +23,7 @@ R = 4
 @pytest.fixture
 def replicated(fresh_ipu_system):
     """A device of ``R`` IPUs (R replicas of every one-IPU program), and its strategy."""
-    cfg = ipu.config.IPUConfig()
-    cfg.auto_select_ipus = R
-    cfg.configure_ipu_system()
-    return ipu.ipu_strategy.IPUStrategy()
+    return device_of(R)
 
 
 def _per_replica(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
@@ -324,3 +322,40 @@ def test_replica_identity_options_are_refused_on_replicated_devices(fresh_ipu_sy
     with pytest.raises(UnimplementedError, match=option.split(".")[-1]):
         config(2).configure_ipu_system()
     assert devices.get_device(0).num_ipus == 1  # the system is as it was
+
+
+def test_gradients_of_collectives_across_replicas(replicated):
+    """Each replica's loss weighs a collective's result with its own weights ``c_r``; the gradient each
+    replica gets for its input is what the other replicas' weights say (closed forms in NumPy)."""
+    n = 6
+
+    @tf.function(jit_compile=True)
+    def grads():
+        r = tf.cast(ipu.replication_ops.replication_index(), tf.float32)
+        x = tf.fill([n], 1.0) * (r + 1.0)
+        x2 = tf.fill([R, 2], 1.0) * (r + 1.0)
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            tape.watch(x2)
+            c = tf.reshape(tf.range(R * n, dtype=tf.float32), [R, n]) * (r + 1.0)
+            losses = {"sum": tf.reduce_sum(c[0] * ipu.cross_replica_ops.cross_replica_sum(x)),
+                      "gather": tf.reduce_sum(c * ipu.all_to_all_op.all_gather(x, R, None)),
+                      "scatter": tf.reduce_sum(tf.reshape(c, [-1])[:2] * ipu.reduce_scatter_op.reduce_scatter(x, R)),
+                      "to_all": tf.reduce_sum(c[:, :2] * ipu.all_to_all_op.all_to_all(x2, 0, 0, R))}
+        return {k: ipu.all_to_all_op.all_gather(tape.gradient(v, x2 if k == "to_all" else x), R, None)
+                for k, v in losses.items()}
+
+    got = {k: v.numpy() for k, v in replicated.run(grads).items()}
+    c = [np.arange(R * n, dtype=np.float64).reshape(R, n) * (r + 1) for r in range(R)]
+    np.testing.assert_allclose(got["sum"], np.tile(sum(cr[0] for cr in c), (R, 1)))  # d/dx_r sum_j c_j . sum(x)
+    np.testing.assert_allclose(got["gather"], np.stack([sum(cr[r] for cr in c) for r in range(R)]))
+    part = -(-n // R)  # reduce_scatter: replica q keeps elements [q*part, (q+1)*part) of the sum
+    want = np.zeros((R, n))
+    for q in range(R):
+        weights = c[q].reshape(-1)[:2]
+        for i in range(part):
+            if q * part + i < n:
+                want[:, q * part + i] = weights[i]
+    np.testing.assert_allclose(got["scatter"], want)
+    # all_to_all: row r of replica j's x2 goes to replica r (its row j): its gradient is c_r[j, :2]
+    np.testing.assert_allclose(got["to_all"], np.stack([np.stack([c[r][j, :2] for r in range(R)]) for j in range(R)]))

@@ -324,12 +324,11 @@ def test__ipu_scope__runs_ops_and_places_variables_on_the_device(one_ipu):
 
 
 @pytest.mark.parametrize("call", [
-    lambda: ipu.scopes.ipu_shard(0),
     lambda: ipu.scopes.outside_compilation_scope(),
     lambda: ipu.scopes.frontend_attribute("a", "b"),
     lambda: ipu.scopes.stochastic_rounding(True),
     lambda: ipu.scopes.partials_type(np.float16),
-], ids=["ipu_shard", "outside_compilation_scope", "frontend_attribute", "stochastic_rounding", "partials_type"])
+], ids=["outside_compilation_scope", "frontend_attribute", "stochastic_rounding", "partials_type"])
 def test__scopes_not_built_yet__say_so(call, request):
     name = request.node.callspec.id
     with pytest.raises(UnimplementedError, match=rf"ipu\.scopes\.{name} is not implemented by popjit yet"):

@@ -12,7 +12,6 @@ import pytest
 
 import popjit.tensorflow as pj
 from popjit import ipu
-from popjit.errors import UnimplementedError
 
 RNG = np.random.default_rng(21)
 X = RNG.normal(size=(96, 6)).astype(np.float32)
@@ -165,14 +164,7 @@ def test__legacy_models__need_compile_and_an_ipu():
     assert ipu.keras.Sequential([]).layers == []
 
 
-def test__pipelined_keras__is_unimplemented_with_advice():
-    for make in (lambda: ipu.keras.PipelineStage(0), lambda: ipu.keras.PipelineSequential([[]]),
-                 lambda: ipu.keras.PipelineModel(None, None), lambda: pj.keras.ipu.PipelineStage(1)):
-        with pytest.raises(UnimplementedError, match=r"is not implemented by popjit yet: popjit replicates, "
-                                                     r"shards and pipelines programs.*accumulate gradients"):
-            make()
-    model = pj.keras.Sequential([pj.keras.layers.Dense(2)])
-    with pytest.raises(UnimplementedError, match=r"tf\.keras\.Model\.set_pipelining_options is not implemented by "
-                                                 r"popjit yet"):
-        model.set_pipelining_options(gradient_accumulation_steps_per_replica=4)
+def test__keras_ipu_namespace__pipelining_names_and_layers():
+    assert ipu.keras.PipelineStage is pj.keras.ipu.PipelineStage
+    assert ipu.keras.SequentialPipelineModel is ipu.keras.PipelineSequential
     assert pj.keras.ipu.__ipu__built__ == "1" and pj.keras.ipu.layers.Dense is pj.keras.layers.Dense

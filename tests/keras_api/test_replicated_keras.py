@@ -13,6 +13,7 @@ import pytest
 import popjit as pj
 from popjit import ipu
 from popjit import tensorflow as tf
+from tests.helpers import device_of
 
 R = 2
 rng = np.random.default_rng(11)
@@ -20,11 +21,6 @@ X = rng.standard_normal((64, 6)).astype(np.float32)
 Y = rng.standard_normal((64, 1)).astype(np.float32)
 
 
-def _device(replicas: int) -> Any:
-    cfg = ipu.config.IPUConfig()
-    cfg.auto_select_ipus = replicas
-    cfg.configure_ipu_system()
-    return ipu.ipu_strategy.IPUStrategy()
 
 
 def _model() -> Any:
@@ -36,7 +32,7 @@ def _model() -> Any:
 
 
 def _fit(replicas: int, batch: int, lr: float, **fit: Any) -> tuple[Any, list[np.ndarray]]:
-    strategy = _device(replicas)
+    strategy = device_of(replicas)
     with strategy.scope():
         model = _model()
         model.compile(pj.keras.optimizers.SGD(lr), loss="mse", steps_per_execution=2)
@@ -64,7 +60,7 @@ def test_replicated_predict_keeps_the_order_of_the_data(fresh_ipu_system):
 
 @pytest.mark.parametrize("method", ["NONE", "MEAN", "SUM"])
 def test_replication_options_combine_each_replicas_metrics(fresh_ipu_system, method):
-    strategy = _device(R)
+    strategy = device_of(R)
     with strategy.scope():
         model = _model()
         model.compile("sgd", loss="mse", steps_per_execution=2)
@@ -80,7 +76,7 @@ def test_replication_options_combine_each_replicas_metrics(fresh_ipu_system, met
 
 
 def test_too_little_data_for_every_replica(fresh_ipu_system, caplog):
-    strategy = _device(R)
+    strategy = device_of(R)
     with strategy.scope():
         model = _model()
         model.compile("sgd", loss="mse")
@@ -132,12 +128,12 @@ def _numpy_steps(steps: int, lr: float, scale: float = 1.0, every: int = 1, batc
 
 
 def test_a_keras_optimizer_sums_the_replicas_gradients(fresh_ipu_system):
-    got = _run_steps(_device(R), lambda: pj.keras.optimizers.SGD(0.01), 3)
+    got = _run_steps(device_of(R), lambda: pj.keras.optimizers.SGD(0.01), 3)
     np.testing.assert_allclose(got, _numpy_steps(3, 0.01), rtol=1e-5)
 
 
 def test_cross_replica_and_map_gradient_optimizers(fresh_ipu_system):
-    strategy = _device(R)
+    strategy = device_of(R)
     got = _run_steps(strategy, lambda: ipu.optimizers.CrossReplicaOptimizer(pj.keras.optimizers.SGD(0.01)), 3)
     np.testing.assert_allclose(got, _numpy_steps(3, 0.01), rtol=1e-5)  # summed once, not twice
     mapped = _run_steps(strategy, lambda: ipu.optimizers.MapGradientOptimizer(
@@ -148,13 +144,13 @@ def test_cross_replica_and_map_gradient_optimizers(fresh_ipu_system):
 
 
 def test_cross_replica_gradient_accumulation(fresh_ipu_system):
-    got = _run_steps(_device(R), lambda: ipu.optimizers.CrossReplicaGradientAccumulationOptimizerV2(
+    got = _run_steps(device_of(R), lambda: ipu.optimizers.CrossReplicaGradientAccumulationOptimizerV2(
         pj.keras.optimizers.SGD(0.01), 2), 4)
     np.testing.assert_allclose(got, _numpy_steps(4, 0.01, every=2), rtol=1e-5)
 
 
 def test_strategy_reduce_is_a_collective_on_the_ipu_and_nothing_on_the_host(fresh_ipu_system):
-    strategy = _device(R)
+    strategy = device_of(R)
 
     @tf.function(jit_compile=True)
     def f():

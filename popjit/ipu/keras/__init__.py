@@ -2,8 +2,8 @@
 
 ``Sequential`` and ``Model`` are the SDK ≤ 2.1 IPU models (:mod:`popjit.keras.ipu_models`);
 ``layers`` the IPU layers (the same classes as ``ipu_tensorflow_addons.keras.layers``); the
-pipelining names (``PipelineStage``, ``PipelineModel``, ``PipelineSequential``) need several IPUs
-and raise ``UnimplementedError``. In SDK ≥ 2.2 stock ``tf.keras`` models run on the IPU inside an
+pipelining names (``PipelineStage``, ``PipelineModel``, ``PipelineSequential``) train those models as
+pipelines (:mod:`popjit.keras.pipelining`). In SDK ≥ 2.2 stock ``tf.keras`` models run on the IPU inside an
 ``IPUStrategy`` scope (popjit's ``tf.keras``).
 """
 

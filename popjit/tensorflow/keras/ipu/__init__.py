@@ -1,10 +1,10 @@
-"""``tf.keras.ipu`` / ``keras.ipu`` (graphcore/keras, SDK 3.x): the pipelining names, which need several
-IPUs and raise ``UnimplementedError`` when used, and the ``layers`` and ``optimizers`` submodules.
+"""``tf.keras.ipu`` / ``keras.ipu`` (graphcore/keras, SDK 3.x): ``PipelineStage`` and the stage-assignment
+classes (:mod:`popjit.keras.pipelining`), and the ``layers`` and ``optimizers`` submodules.
 The Keras extensions themselves (``set_gradient_accumulation_options``...) are methods of every
 model in an ``IPUStrategy`` scope."""
 
 from popjit.errors import missing_attributes as _missing_attributes
-from popjit.keras.ipu_models import (  # noqa: F401
+from popjit.keras.pipelining import (  # noqa: F401
     FunctionalLayerPipelineStageAssignment,
     ModelLayerPipelineStageAssignment,
     PipelineStage,
