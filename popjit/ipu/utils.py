@@ -11,13 +11,16 @@ return it::
 Here the options object *is* an :class:`~popjit.ipu.config.IPUConfig`, so both spellings mix freely.
 ``create_ipu_config(profiling=True)`` or ``enable_ipu_events=True`` (SDK 1.x reports read through
 ``ipu_event_trace()``) raise ``UnimplementedError``: profiles come from ``POPLAR_ENGINE_OPTIONS``, as in
-SDK 2.1+ (``docs/profiles.md``).
+SDK 2.1+ (``docs/profiles.md``). So the event trace is always empty, and the ``extract_*`` functions that
+read it find nothing in it.
 """
 
 from __future__ import annotations
 
 import enum
 from typing import Any
+
+import numpy as np
 
 from popjit.errors import UnimplementedError, missing_attributes
 from popjit.flags import poplar_flags
@@ -130,8 +133,8 @@ def create_ipu_config(profiling: bool = False, enable_ipu_events: bool = False, 
     if profiling or enable_ipu_events:
         given = "profiling=True" if profiling else "enable_ipu_events=True"
         raise UnimplementedError(
-            f"create_ipu_config({given}) is not implemented by popjit: its compile and execution reports were read "
-            "through gen_ipu_ops.ipu_event_trace(), which popjit does not have. Set POPLAR_ENGINE_OPTIONS="
+            f"create_ipu_config({given}) is not implemented by popjit: it recorded compile and execution reports "
+            "for gen_ipu_ops.ipu_event_trace(), whose trace popjit leaves empty. Set POPLAR_ENGINE_OPTIONS="
             "'{\"autoReport.all\":\"true\"}' instead (SDK 2.1+), and read the reports with `popjit report DIR` "
             "(docs/profiles.md).")
     cfg = IPUConfig()
@@ -326,6 +329,41 @@ def set_experimental_multi_replica_distribution_options(opts: IPUConfig, process
 def move_variable_initialization_to_cpu(graph: Any = None) -> None:
     """Run the variables' initializers on the host instead of compiling them for the IPU. popjit always
     computes initial values on the host (an initializer copies them in), so there is nothing left to move."""
+
+
+def _events(events: Any) -> list[Any]:
+    """The events of an ``ipu_event_trace()`` result: popjit's is always empty (event recording is refused)."""
+    found = list(np.asarray(events, dtype=object).reshape(-1))
+    if found:
+        raise UnimplementedError("popjit cannot read IPU trace events: its gen_ipu_ops.ipu_event_trace() records "
+                                 "none (create_ipu_config(profiling=True) is not supported); read profiles with "
+                                 "`popjit report DIR` (docs/profiles.md).")
+    return found
+
+
+def extract_all_events(events: Any) -> list[Any]:
+    """The trace events of an ``ipu_event_trace()`` result, parsed (none: see the module docstring)."""
+    return _events(events)
+
+
+def extract_all_strings_from_event_trace(events: Any) -> str:
+    """The text of every event of an ``ipu_event_trace()`` result, joined (empty: see the module docstring)."""
+    return "".join(str(e) for e in _events(events))
+
+
+def extract_all_types_from_event_trace(events: Any) -> list[Any]:
+    """The type of every event of an ``ipu_event_trace()`` result (none: see the module docstring)."""
+    return _events(events)
+
+
+def extract_compile_reports(events: Any) -> list[Any]:
+    """The ``(module, report)`` pairs of the compile events of an ``ipu_event_trace()`` result (none)."""
+    return _events(events)
+
+
+def extract_execute_reports(events: Any) -> list[Any]:
+    """The ``(module, report)`` pairs of the execution events of an ``ipu_event_trace()`` result (none)."""
+    return _events(events)
 
 
 __getattr__ = missing_attributes("ipu.utils")

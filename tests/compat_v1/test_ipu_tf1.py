@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from popjit import ipu
+from popjit.errors import UnimplementedError
 from popjit.ipu import ipu_compiler, loops
 from popjit.ipu.ipu_infeed_queue import IPUInfeedQueue
 from popjit.ipu.ipu_outfeed_queue import IPUOutfeedQueue
@@ -19,7 +21,8 @@ from tests.compat_v1.test_train import BATCHES, W0
 from tests.test_run import ROOT, popjit_run
 
 #: Graphcore's TF1 tutorial scripts (seed 004), as in the guide, and what each prints.
-TUTORIALS = {"tf1_basic_graph.py": "[3. 8.]", "tf1_ipu_compiler.py": "[array([3., 8.], dtype=float32)]"}
+TUTORIALS = {"tf1_basic_graph.py": "[3. 8.]", "tf1_ipu_compiler.py": "[array([3., 8.], dtype=float32)]",
+             "tf1_sharding.py": "[array([ 4., 14.], dtype=float32)]"}
 
 
 @pytest.mark.parametrize("name", list(TUTORIALS))
@@ -116,3 +119,17 @@ def test__infeed_loop_training__equals_stock_tensorflows_feed_dict_steps(graph: 
             sess.run(real_tf1.global_variables_initializer())
             theirs = [sess.run([loss, train], {x: bx, y: by})[0] for bx, by in BATCHES]
     np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=1e-6)
+
+
+def test__sdk1_event_trace__is_empty_without_event_recording(graph: Any) -> None:
+    from popjit.tensorflow.compiler.plugin.poplar.ops import gen_ipu_ops
+
+    with tf1.device("cpu"):
+        report = gen_ipu_ops.ipu_event_trace()
+    with tf1.Session() as sess:
+        events = sess.run(report)
+    assert events.shape == (0,)
+    assert ipu.utils.extract_all_strings_from_event_trace(events) == ""
+    assert ipu.utils.extract_compile_reports(events) == [] and ipu.utils.extract_execute_reports(events) == []
+    with pytest.raises(UnimplementedError, match="cannot read IPU trace events"):
+        ipu.utils.extract_all_events(np.array([b"an event"], dtype=object))
