@@ -41,6 +41,7 @@ from popjit.frontend import api, graph_mode
 from popjit.frontend.convert import convert_to_tensor
 from popjit.frontend.device import device
 from popjit.frontend.random_ops import set_seed
+from popjit.frontend.replication import cross_replica_sum
 from popjit.ipu import ipu_compiler, loops
 from popjit.ipu.config import IPUConfig
 from popjit.ipu.ipu_infeed_queue import IPUInfeedQueue
@@ -173,6 +174,21 @@ class IPUEstimator:
             raise ValueError("`model_fn` must return IPUEstimatorSpec or EstimatorSpec")
         return spec
 
+    @property
+    def _replicas(self) -> int:
+        return self._config.ipu_run_config.num_replicas
+
+    def _replica_mean(self, total: Any, check: bool = False) -> Any:
+        """A loop's total loss, averaged over the replicas (each replica's is that of its own batches). A
+        replicated training graph must combine the replicas' gradients (Graphcore's check)."""
+        if self._replicas == 1:
+            return total
+        if check and not any(node.op == "all_reduce" for node in graph_mode.current_graph_trace().top.region.walk()):
+            raise ValueError("This is not a valid replicated training graph because no IpuCrossReplicaSum operations "
+                             "were found. Did you remember to use the "
+                             "`tensorflow.python.ipu.optimizers.cross_replica_optimizer.CrossReplicaOptimizer`?")
+        return cross_replica_sum(total) / float(self._replicas)
+
     def _compiled(self, loop: Callable[[], Any]) -> Any:
         with ipu_scope(f"/device:IPU:{self._config.ipu_run_config.ordinal}"):
             return ipu_compiler.compile(loop, [])
@@ -215,7 +231,8 @@ class IPUEstimator:
         with graph.as_default():
             infeed = self._infeed(input_fn, ModeKeys.TRAIN)
             writes_before = len(graph._trace.writes)
-            (total,) = self._compiled(lambda: [loops.repeat(self._iterations, self._training_step, [0.0], infeed)])
+            (total,) = self._compiled(lambda: [self._replica_mean(
+                loops.repeat(self._iterations, self._training_step, [0.0], infeed), check=True)])
             if any(ref.id == global_step._id for ref, _ in graph._trace.writes[writes_before:]):
                 raise ValueError(_ILLEGAL_INCREMENT)
             mean_loss = total / float(self._iterations)
@@ -291,8 +308,8 @@ class IPUEstimator:
             infeed = self._infeed(input_fn, ModeKeys.EVAL)
             outfeed = IPUOutfeedQueue(IPUOutfeedMode.LAST)
             host: dict[str, Any] = {}
-            (total,) = self._compiled(lambda: [loops.repeat(self._iterations, self._evaluation_step(outfeed, host),
-                                                            [0.0], infeed)])
+            (total,) = self._compiled(lambda: [self._replica_mean(
+                loops.repeat(self._iterations, self._evaluation_step(outfeed, host), [0.0], infeed))])
             dequeue = outfeed.dequeue() if outfeed.enqueued else None
             start_infeed = infeed.initializer
         sess, _ = self._session(graph, checkpoint_path)
@@ -305,8 +322,9 @@ class IPUEstimator:
                 except OutOfRangeError:
                     break
                 runs += 1
-                if dequeue is not None:
-                    metric_values = sess.run(dequeue)
+                if dequeue is not None:  # replicated: each replica's value, averaged (as Graphcore's estimator)
+                    metric_values = {k: np.mean(v, axis=0) if self._replicas > 1 else v
+                                     for k, v in sess.run(dequeue).items()}
             if runs == 0:
                 raise ValueError("The evaluation input_fn gave fewer elements than iterations_per_loop: nothing "
                                  "was evaluated.")
@@ -375,7 +393,7 @@ class IPUEstimator:
                     sess.run(run)
                 except OutOfRangeError:
                     return
-                yield from _examples(sess.run(dequeue), predict_keys, yield_single_examples)
+                yield from _examples(sess.run(dequeue), predict_keys, yield_single_examples, self._replicas)
 
     def _prediction_step(self, outfeed: IPUOutfeedQueue) -> Callable[..., Any]:
         def step(*args: Any, **kwargs: Any) -> Any:
@@ -412,10 +430,13 @@ def _scalar_value(value: Any) -> Any:
     return array[()] if array.ndim == 0 else array
 
 
-def _examples(batch: Any, keys: Any, single: bool) -> Iterator[Any]:
+def _examples(batch: Any, keys: Any, single: bool, replicas: int = 1) -> Iterator[Any]:
     """The predictions of one run (stacked over its steps), as single examples or as one batch per step."""
     if isinstance(batch, dict) and keys is not None:
         batch = {k: v for k, v in batch.items() if k in keys}
+    if replicas > 1:  # [steps, replicas, batch...]: replica r's step i is batch i*R + r, in order
+        batch = {k: v.reshape(-1, *v.shape[2:]) for k, v in batch.items()} if isinstance(batch, dict) else \
+            batch.reshape(-1, *batch.shape[2:])
     leaves = list(batch.values()) if isinstance(batch, dict) else [batch]
     steps = leaves[0].shape[0]
     for s in range(steps):

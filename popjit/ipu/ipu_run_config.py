@@ -27,8 +27,14 @@ class IPURunConfig:
             raise ValueError("IPU configuration requires more than one device, but `ipu_options` is None")
         if ipu_options is not None and not isinstance(ipu_options, IPUConfig):
             raise ValueError("`config.ipu_options` must be an IPUConfig or IpuOptions instance")
-        if devices > 1 or autosharding:
-            raise UnimplementedError(multi_ipu_message("IPURunConfig(num_replicas/num_shards/autosharding)"))
+        if autosharding:
+            raise UnimplementedError(multi_ipu_message("IPURunConfig(autosharding=True)"))
+        if ipu_options is not None and devices > 1:
+            configured = sum(ipu_options.auto_select_ipus) if isinstance(ipu_options.auto_select_ipus, (list, tuple)) \
+                else ipu_options.auto_select_ipus
+            if configured != devices:
+                raise ValueError(f"`IPURunConfig` configured with {devices} devices ({num_replicas} replicas times "
+                                 f"{num_shards} shards), but `IpuOptions` configured with {configured} devices")
         self.iterations_per_loop = int(iterations_per_loop)
         self.ipu_options = ipu_options
         self.num_replicas, self.num_shards, self.autosharding = num_replicas, num_shards, autosharding

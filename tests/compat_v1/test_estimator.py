@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from popjit import ipu
 from popjit.errors import UnimplementedError
 from popjit.ipu import ipu_estimator, ipu_run_config
 from popjit.ipu.config import IPUConfig
@@ -42,15 +43,18 @@ def _model_fn(features: Any, labels: Any, mode: str, params: dict[str, Any]) -> 
         return ipu_estimator.IPUEstimatorSpec(mode, loss=loss,
                                               eval_metric_ops={"accuracy": tf1.metrics.accuracy(labels, classes)})
     step = tf1.train.get_global_step() if params.get("bad_step") else None
-    return ipu_estimator.IPUEstimatorSpec(mode, loss=loss,
-                                          train_op=tf1.train.GradientDescentOptimizer(0.5).minimize(loss, step))
+    optimizer = tf1.train.GradientDescentOptimizer(params.get("lr", 0.5))
+    if params.get("cross_replica"):
+        optimizer = ipu.optimizers.CrossReplicaOptimizer(optimizer)
+    return ipu_estimator.IPUEstimatorSpec(mode, loss=loss, train_op=optimizer.minimize(loss, step))
 
 
-def _estimator(tmp_path: Path, iterations: int = 4, **params: Any) -> Any:
+def _estimator(tmp_path: Path, iterations: int = 4, replicas: int = 1, **params: Any) -> Any:
     cfg = IPUConfig()
-    cfg.auto_select_ipus = 1
+    cfg.auto_select_ipus = replicas
     config = ipu_run_config.RunConfig(
-        ipu_run_config=ipu_run_config.IPURunConfig(iterations_per_loop=iterations, ipu_options=cfg),
+        ipu_run_config=ipu_run_config.IPURunConfig(iterations_per_loop=iterations, ipu_options=cfg,
+                                                   num_replicas=replicas),
         model_dir=str(tmp_path / "model"), save_checkpoints_steps=8)
     return ipu_estimator.IPUEstimator(_model_fn, config=config, params=params)
 
@@ -116,6 +120,32 @@ def test__errors_of_graphcores_estimator(tmp_path: Path) -> None:
         ipu_run_config.IPURunConfig(ipu_options={"a": 1})
     with pytest.raises(NotImplementedError, match="compile_summary"):
         ipu_run_config.IPURunConfig(compile_summary=True)
-    with pytest.raises(UnimplementedError, match=r"several IPUs|one IPU"):
-        ipu_run_config.IPURunConfig(num_shards=2, ipu_options=IPUConfig())
+    with pytest.raises(UnimplementedError, match=r"IPURunConfig\(autosharding=True\)"):
+        ipu_run_config.IPURunConfig(autosharding=True)
+    four = IPUConfig()
+    four.auto_select_ipus = 4
+    with pytest.raises(ValueError, match=r"configured with 2 devices \(1 replicas times 2 shards\), but `IpuOptions` "
+                                         r"configured with 4 devices"):
+        ipu_run_config.IPURunConfig(num_shards=2, ipu_options=four)
     assert not (tmp_path / "model").exists() or not list((tmp_path / "model").glob("*.index"))
+
+
+def test__replicated_estimator__each_replica_its_batches_and_the_gradients_summed(tmp_path: Path,
+                                                                                 fresh_ipu_system: Any) -> None:
+    """Two replicas of batch 4 with summed gradients train as one replica of batch 8 (whose loss is the mean
+    over 8) with twice the learning rate; the loss is the replicas' mean; predictions keep the data's order."""
+    two = _estimator(tmp_path / "two", replicas=2, cross_replica=True, lr=0.25)
+    two.train(_input(repeat=True, batch=4), steps=8)
+    one = _estimator(tmp_path / "one", lr=0.5)
+    one.train(_input(repeat=True, batch=8), steps=8)
+    np.testing.assert_allclose(two.get_variable_value("w"), one.get_variable_value("w"), rtol=1e-5, atol=1e-7)
+    results = two.evaluate(_input(repeat=False, batch=4), steps=4)
+    want = one.evaluate(_input(repeat=False, batch=8), steps=4)
+    np.testing.assert_allclose(results["loss"], want["loss"], rtol=1e-5)
+    np.testing.assert_allclose(results["accuracy"], want["accuracy"], rtol=1e-6)
+    classes = [p["class"] for p in two.predict(_input(repeat=False, batch=4))]
+    logits = X @ two.get_variable_value("w")
+    np.testing.assert_array_equal(classes, np.argmax(logits, 1))
+    with pytest.raises(ValueError, match="This is not a valid replicated training graph because no "
+                                         "IpuCrossReplicaSum operations were found"):
+        _estimator(tmp_path / "bad", replicas=2).train(_input(repeat=True, batch=4), steps=4)
