@@ -305,3 +305,15 @@ def test_tf1_session_rows_match_numpy(framework: str) -> None:
     assert case.check() < 1e-6
     assert case.check() < 1e-6
     assert case.rate(2.0) == pytest.approx(1.5)
+
+
+def test_replica_rows_check_against_numpy_and_scale(fresh_ipu_system):
+    from benchmarks import replica_workloads
+
+    rows = [replica_workloads.w1_replicated(r, repeat=1, steps=2, batch=4) for r in (1, 2)]
+    assert [r.replicas for r in rows] == [1, 2]
+    assert all(r.host_samples_per_s > 0 and r.ipu_samples_per_s > 0 for r in rows)
+    assert all(r.check.startswith("max |w - NumPy|") for r in rows)
+    lines = replica_workloads.table(rows).splitlines()
+    assert lines[0].split()[:2] == ["workload", "replicas"]
+    assert "1.00" in lines[1] and len(lines) == 3  # the one-replica row scales by 1
