@@ -131,7 +131,7 @@ def _first_inputs(inputs: Sequence[Any], element: Any) -> Any:
     return [*inputs, *tail]
 
 
-def minimum_iterations(schedule: PipelineSchedule, stages: int, training: bool) -> int:
+def minimum_iterations(schedule: PipelineSchedule, stages: int) -> int:
     """The fewest micro-batches a pipeline of ``stages`` stages runs per repeat: ramping up and down
     takes two rounds of the stages for the overlapping schedules (Graphcore's backend checks the same)."""
     return 1 if schedule is PipelineSchedule.Sequential else 2 * stages
@@ -187,7 +187,7 @@ def pipeline(computational_stages: Sequence[Callable], gradient_accumulation_cou
             raise TypeError("Stage options must be PipelineStageOptions objects.")
     reduction = GradientAccumulationReductionMethod.parse(reduction_method)
     count = int(gradient_accumulation_count)
-    least = minimum_iterations(schedule, len(stages), training)
+    least = minimum_iterations(schedule, len(stages))
     if count < least:
         raise FailedPreconditionError(
             f"The number of iterations of the pipeline must be at least {least}, but it is {count}. This number might "
