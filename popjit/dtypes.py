@@ -7,6 +7,7 @@ them (see :func:`check_device_dtype`).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -149,7 +150,7 @@ class Shaped:
     @property
     def size(self) -> int:
         """Number of elements."""
-        return int(np.prod(self.shape, dtype=np.int64))
+        return int(math.prod(self.shape))  # why not np.prod: 30x slower on a tuple, and sizes are asked often
 
     @property
     def nbytes(self) -> int:

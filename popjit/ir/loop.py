@@ -18,6 +18,7 @@ with the functors at the end of this module (:class:`ExprVisitor`, :class:`ExprM
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -431,7 +432,7 @@ class Kernel(Stmt):
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.domain, dtype=np.int64))
+        return int(math.prod(self.domain))
 
     visit_method: ClassVar[str] = "visit_kernel"
 
