@@ -35,7 +35,7 @@ from popjit.codegen.numerics import DEFAULT, Numerics
 from popjit.errors import InternalError, InvalidArgumentError, UnimplementedError
 from popjit.flags import poplar_flags
 from popjit.runtime import instances
-from popjit.runtime.replicas import ReplicaStore, ReplicaView, run_alone, run_replicated
+from popjit.runtime.replicas import ReplicaStore, ReplicaView, deliver_replicated, run_alone, run_replicated
 from popjit.schedule.target import Target, make_target
 from popjit.source import where
 
@@ -369,10 +369,10 @@ def execute(executable: Any, device: str, args: Any, variables: dict[int, np.nda
             f"({dev.name} has device_connection.type DeviceConnectionType.NEVER: '{executable.graph.name}' was "
             f"compiled, and is kept in the executable cache when TF_POPLAR_FLAGS sets --executable_cache_path.)"
             f"{where()}")
-    if dev.connection == "PRE_COMPILE":
-        return executable.precompile(variables, feeds)
-    dev.attach()
     total = executable.target.replicas
+    if dev.connection == "PRE_COMPILE":
+        return _precompiled(executable, variables, feeds, total)
+    dev.attach()
     if total == 1:
         return _run_one(executable, lambda: executable.run(args, variables, feeds, dev.generator.rounding))
     world = spanned_instances()
@@ -385,6 +385,19 @@ def execute(executable: Any, device: str, args: Any, variables: dict[int, np.nda
                 own[vid] = view(first + r)
     return run_replicated(executable, args, per_replica, dev.replica_rounding(first, local), first, total, world,
                           feeds)
+
+
+def _precompiled(executable: Any, variables: dict[int, np.ndarray], feeds: Any, total: int) -> list[np.ndarray]:
+    """A run in ``PRE_COMPILE`` mode: compiled, nothing run, zeros out; a replicated program's outfeeds get
+    every local replica's zeros (with their replica axis), as a run would give them."""
+    world = spanned_instances()
+    local = total // (world.count if world is not None else 1)
+    if local == 1 or feeds is None or not executable.program.stream_out:
+        return executable.precompile(variables, feeds)
+    outs = executable.precompile(variables, feeds, deliver=False)
+    zeros = {b.uid: np.zeros(b.shape, b.dtype.np) for b in executable.program.stream_out}
+    deliver_replicated(executable.program, [zeros] * local)
+    return outs
 
 
 def program_replicas(executable: Any) -> int:

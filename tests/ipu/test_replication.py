@@ -359,3 +359,21 @@ def test_gradients_of_collectives_across_replicas(replicated):
     np.testing.assert_allclose(got["scatter"], want)
     # all_to_all: row r of replica j's x2 goes to replica r (its row j): its gradient is c_r[j, :2]
     np.testing.assert_allclose(got["to_all"], np.stack([np.stack([c[r][j, :2] for r in range(R)]) for j in range(R)]))
+
+
+def test_pre_compile_mode_gives_replicated_outfeeds_their_replica_axis(fresh_ipu_system):
+    cfg = ipu.config.IPUConfig()
+    cfg.auto_select_ipus = R
+    cfg.device_connection.type = ipu.config.DeviceConnectionType.PRE_COMPILE
+    cfg.device_connection.version = "ipu2"
+    cfg.configure_ipu_system()
+    infeed = ipu.ipu_infeed_queue.IPUInfeedQueue(tf.data.Dataset.from_tensor_slices(np.ones((8, 2), np.float32)))
+    outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
+
+    @tf.function(jit_compile=True)
+    def f():
+        ipu.loops.repeat(2, lambda x: outfeed.enqueue(x * 2.0), infeed_queue=infeed)
+
+    ipu.ipu_strategy.IPUStrategy().run(f)
+    got = outfeed.dequeue()
+    assert got.shape == (2, R, 2) and not got.any()  # zeros: nothing ran
