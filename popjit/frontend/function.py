@@ -315,9 +315,8 @@ class Function:
                     results.append(trace.value_of(leaf))
                 else:
                     spec.append(("python", leaf))
-        concrete = ConcreteFunction(trace.finish(results), out_tree, spec, self.name, self.jit_compile)
-        concrete.owned_variables = trace.extra.get("created_variables", [])
-        return concrete
+        return ConcreteFunction(trace.finish(results), out_tree, spec, self.name, self.jit_compile,
+                                owned_variables=trace.extra.get("created_variables", []))
 
     def get_concrete_function(self, *args: Any, **kwargs: Any) -> ConcreteFunction:
         if not args and not kwargs and self.input_signature is not None:

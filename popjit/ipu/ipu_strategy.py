@@ -87,7 +87,7 @@ class IPUStrategyV1:
         if not devices.is_configured():
             return 1
         device = devices.get_device(self._device_ordinal)
-        span = 1 << max(shards - 1, 0).bit_length()
+        span = devices.ipus_per_replica(shards)
         if device.num_ipus % span or device.num_ipus < shards:
             raise ValueError(f"Current device has {device.num_ipus} IPUs attached, however the current model requires "
                              f"a multiple of {span} IPUs.")

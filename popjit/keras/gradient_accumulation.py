@@ -65,7 +65,9 @@ class GradientAccumulator:
                 with tf.device(var.device):  # beside its variable, as the optimizer's slots are
                     self._accumulators[id(var)] = backend.make_variable(
                         zeros, f"gradient_accumulation/{var.name.split(':')[0]}", False)
-        self.optimizer._create_all_weights(var_list)
+        create_slots = getattr(self.optimizer, "_create_all_weights", None)  # a Keras optimizer's (TF1: on apply)
+        if create_slots is not None:
+            create_slots(var_list)
 
     @property
     def accumulators(self) -> list[Any]:
@@ -75,6 +77,17 @@ class GradientAccumulator:
     def apply_gradients(self, grads_and_vars: Any) -> Any:
         """Accumulate this step's gradients; on every ``steps``-th call apply them and start again.
         Returns whether the optimizer was applied (a boolean tensor)."""
+        var_list, count = self.accumulate(grads_and_vars)
+
+        def apply() -> Any:
+            self.apply_accumulated(var_list)
+            return tf.constant(True)
+
+        return tf.cond(tf.equal(count, self.steps), apply, lambda: tf.constant(False))
+
+    def accumulate(self, grads_and_vars: Any) -> tuple[list[Any], Any]:
+        """Add one step's gradients to the accumulators (made on first use) and count the step: the
+        variables that have gradients, and the new count."""
         pairs = [(g, v) for g, v in grads_and_vars if g is not None]
         var_list = [v for _, v in pairs]
         self._create(var_list)
@@ -90,18 +103,19 @@ class GradientAccumulator:
             else:
                 acc.assign_add(grad)
         self._count.assign(count)
+        return var_list, count
 
-        def apply() -> Any:
-            accumulated = [self._accumulators[id(v)].read_value() for v in var_list]
-            if self.reduction is GradientAccumulationReductionMethod.MEAN:
-                accumulated = [a / float(self.steps) for a in accumulated]
-            self.optimizer.apply_gradients(zip(accumulated, var_list))
-            for v in var_list:
-                self._accumulators[id(v)].assign(tf.zeros_like(v))
-            self._count.assign(np.int32(0))
-            return tf.constant(True)
-
-        return tf.cond(tf.equal(count, self.steps), apply, lambda: tf.constant(False))
+    def apply_accumulated(self, var_list: list[Any], *args: Any, **kwargs: Any) -> Any:
+        """The optimizer's update of ``var_list`` with the accumulated gradients (averaged for MEAN; ``args``
+        and ``kwargs`` go to its ``apply_gradients``); the accumulators and the count start again from zero."""
+        accumulated = [self._accumulators[id(v)].read_value() for v in var_list]
+        if self.reduction is GradientAccumulationReductionMethod.MEAN:
+            accumulated = [a / float(self.steps) for a in accumulated]
+        update = self.optimizer.apply_gradients(list(zip(accumulated, var_list)), *args, **kwargs)
+        for v in var_list:
+            self._accumulators[id(v)].assign(tf.zeros_like(v))
+        self._count.assign(np.int32(0))
+        return update
 
 
 class GradientAccumulationOptimizerV2:
@@ -135,11 +149,14 @@ class GradientAccumulationOptimizerV2:
         return getattr(self._opt, name)
 
 
-def refuse_memory_options(**options: Any) -> None:
-    """Graphcore's placement options for accumulators and optimizer state change where the IPU keeps
-    them, which popjit does not model: their defaults are accepted, anything else is refused."""
+def refuse_memory_options(call: str | None = None, **options: Any) -> None:
+    """Graphcore's options that place accumulators, optimizer state, weights or activations in Streaming
+    Memory or across replicas, or set the accumulation type, change what popjit does not model: their
+    defaults are accepted, anything else is refused. ``call``: what was given them (``pipeline``), named in
+    the error as ``call(option=value)``."""
     for key, value in options.items():
         if value not in (None, False):
+            given = f"{call}({key}={value!r})" if call else f"Gradient accumulation option {key}={value!r}"
             raise tf.errors.UnimplementedError(
-                f"Gradient accumulation option {key}={value!r} is not supported by popjit (it places variables in "
-                "Streaming Memory or across replicas, which popjit does not model). Remove it.")
+                f"{given} is not supported by popjit (it places variables in Streaming Memory or across replicas, "
+                "or sets the accumulation type, which popjit does not model). Remove it.")

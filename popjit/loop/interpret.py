@@ -38,7 +38,7 @@ from popjit.ir.loop import (
     While,
 )
 from popjit.ops import registry
-from popjit.ops.collectives import collective_result
+from popjit.ops.collectives import statement_result
 from popjit.ops.reduce import REDUCTIONS
 
 Memory = dict[int, np.ndarray]
@@ -169,8 +169,7 @@ class Runner(StmtVisitor):
         if s.group > 1:
             raise ValueError(f"{s.name}: a collective over groups of {s.group} replicas needs a replicated run")
         src = self.mem[s.src.uid].reshape(s.operand_shape)
-        self.mem[s.dst.uid][...] = collective_result(s.op, [src], 0, s.reduce, s.split_axis,
-                                                     s.concat_axis).reshape(-1)
+        self.mem[s.dst.uid][...] = statement_result(s, [src], 0).reshape(-1)
 
     def visit_repeat(self, s: Repeat) -> None:
         for _ in range(s.count):

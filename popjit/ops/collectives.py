@@ -53,6 +53,13 @@ def collective_result(op: str, contributions: list[np.ndarray], position: int, r
     raise ValueError(f"unknown collective {op!r}")
 
 
+def statement_result(stmt: Collective, contributions: list[np.ndarray], position: int) -> np.ndarray:
+    """What the loop-IR collective ``stmt`` gives the replica at ``position`` of its group, in its
+    destination's shape (``contributions``: each group member's operand, in group order)."""
+    return collective_result(stmt.op, contributions, position, stmt.reduce, stmt.split_axis,
+                             stmt.concat_axis).reshape(stmt.dst.shape)
+
+
 def _reduced(op: str, contributions: list[np.ndarray]) -> np.ndarray:
     combine = REDUCTIONS[op]
     total = np.array(contributions[0], copy=True)

@@ -14,6 +14,7 @@ TensorFlow's error for a Poplar runtime exception (:func:`trap_error`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -85,7 +86,7 @@ class Executable:
     def __post_init__(self) -> None:
         self._const_views = [device_view(b.value, b) for b in self.program.consts]  # type: ignore[arg-type]
 
-    @property
+    @functools.cached_property
     def program_has_collectives(self) -> bool:
         """Whether the program exchanges values with other replicas (calls the collective host function)."""
         return any(c.name == COLLECTIVE_CALLEE for c in self.engine_source.callees)

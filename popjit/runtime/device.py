@@ -271,8 +271,7 @@ def program_target(device: str, jit_compile: bool | None, shards: int = 1) -> Ta
             raise UnimplementedError(
                 f"{dev.name} is an IPU Model device of {dev.num_ipus} IPUs: replicated programs are not supported "
                 f"on the IPU Model (as in Graphcore's SDK). Use hardware IPUs (ipu_model off) to replicate.{where()}")
-        world = spanned_instances()
-        return _sharded_target(dev.target, shards, local * (world.count if world is not None else 1))
+        return _sharded_target(dev.target, shards, local * _instance_count())
     if shards > 1:
         raise InternalError(f"Trying to compile a graph for the host, but its ipu_shard scopes or pipeline stages "
                             f"place it on {shards} IPUs: run it on an IPU device of at least {shards} IPUs.{where()}")
@@ -284,13 +283,18 @@ def program_target(device: str, jit_compile: bool | None, shards: int = 1) -> Ta
 def local_replicas(dev: VirtualDevice, shards: int) -> int:
     """How many replicas of a program spanning ``shards`` IPUs ``dev`` runs: its IPUs over the shards
     rounded up to a power of two; an ``InternalError`` when they do not fit (Graphcore's compile error)."""
-    span = 1 << max(shards - 1, 0).bit_length()
+    span = ipus_per_replica(shards)
     if dev.num_ipus < shards or dev.num_ipus % span:
         raise InternalError(
             f"Trying to compile a graph for an IPU device with {dev.num_ipus} IPUs, but the graph spans {shards} "
             f"shards (ipu_shard scopes or pipeline stages), which need {span} IPUs per replica: {dev.name} must "
             f"have a multiple of {span} IPUs (cfg.auto_select_ipus).{where()}")
     return dev.num_ipus // span
+
+
+def ipus_per_replica(shards: int) -> int:
+    """The IPUs one replica of a program spanning ``shards`` IPUs takes: ``shards`` rounded up to a power of two."""
+    return 1 << max(shards - 1, 0).bit_length()
 
 
 @functools.lru_cache(maxsize=64)
@@ -375,9 +379,7 @@ def execute(executable: Any, device: str, args: Any, variables: dict[int, np.nda
     dev.attach()
     if total == 1:
         return _run_one(executable, lambda: executable.run(args, variables, feeds, dev.generator.rounding))
-    world = spanned_instances()
-    local = total // (world.count if world is not None else 1)
-    first = local * world.index if world is not None else 0
+    world, local, first = local_part(total)
     per_replica = dev.store.variables(variables, versions or {}, local)
     for vid, view in (views or {}).items():
         if vid in variables:
@@ -390,8 +392,7 @@ def execute(executable: Any, device: str, args: Any, variables: dict[int, np.nda
 def _precompiled(executable: Any, variables: dict[int, np.ndarray], feeds: Any, total: int) -> list[np.ndarray]:
     """A run in ``PRE_COMPILE`` mode: compiled, nothing run, zeros out; a replicated program's outfeeds get
     every local replica's zeros (with their replica axis), as a run would give them."""
-    world = spanned_instances()
-    local = total // (world.count if world is not None else 1)
+    _, local, _ = local_part(total)
     if local == 1 or feeds is None or not executable.program.stream_out:
         return executable.precompile(variables, feeds)
     outs = executable.precompile(variables, feeds, deliver=False)
@@ -403,6 +404,19 @@ def _precompiled(executable: Any, variables: dict[int, np.ndarray], feeds: Any, 
 def program_replicas(executable: Any) -> int:
     """How many replicas (of every instance) a compiled program runs as: 1 for a host program."""
     return executable.target.replicas if executable.target is not None else 1
+
+
+def local_part(total: int) -> tuple[Any, int, int]:
+    """This process's part of a program's ``total`` replicas: the instances they span (None: this process
+    alone), how many replicas run here, and the global index of the first."""
+    world = spanned_instances()
+    local = total // _instance_count()
+    return world, local, local * world.index if world is not None else 0
+
+
+def _instance_count() -> int:
+    world = spanned_instances()
+    return world.count if world is not None else 1
 
 
 def spanned_instances() -> Any:

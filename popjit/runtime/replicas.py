@@ -37,7 +37,7 @@ from popjit.codegen import host
 from popjit.codegen.engine import collectives
 from popjit.ir.loop import Buffer, Collective, Program
 from popjit.kernels.jit import single_threaded
-from popjit.ops.collectives import collective_result
+from popjit.ops.collectives import statement_result
 from popjit.pipeline import interrupts
 from popjit.pipeline.executable import engine_guard
 from popjit.runtime.streams import by_feed, lookup_for
@@ -82,7 +82,7 @@ class ReplicatedRun:
     total: int  # replicas in every process together
     stop: np.ndarray
     world: Any = None  # the instances (popjit.runtime.instances), when more than one
-    table: list[Collective] = field(default_factory=list)
+    table: list[Collective] = field(init=False)
     barrier: threading.Barrier = field(init=False)
     slots: list[list[Any]] = field(init=False)
     gathered: list[Any] = field(init=False)
@@ -125,9 +125,7 @@ class ReplicatedRun:
         position = self.first + replica
         group = stmt.group or self.total
         start = position - position % group
-        result = collective_result(stmt.op, contributions[start:start + group], position - start, stmt.reduce,
-                                   stmt.split_axis, stmt.concat_axis)
-        dst[...] = result.reshape(dst.shape)
+        dst[...] = statement_result(stmt, contributions[start:start + group], position - start)
         return 0
 
 
@@ -143,6 +141,11 @@ def _view(data: Any, buf: Buffer) -> np.ndarray:
     return np.frombuffer(raw, dtype=buf.dtype.np, count=buf.size).reshape(buf.shape)
 
 
+def _operands(stmt: Collective, dst: Any, src: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The destination and the operand of a collective the engine passed, as arrays of their shapes."""
+    return _view(dst, stmt.dst), _view(src, stmt.src).reshape(stmt.operand_shape)
+
+
 @functools.lru_cache(maxsize=256)
 def _bytes_type(nbytes: int) -> Any:
     """The ctypes array type of ``nbytes`` bytes. why cached: making the type costs 20 us, as much as the rest
@@ -156,9 +159,7 @@ def _collective(index: Any, dst: Any, src: Any) -> int:
     if run is None:
         return _alone(int(index), dst, src)
     try:
-        stmt = run.table[int(index)]
-        return run.exchange(_CURRENT.replica, int(index), _view(dst, stmt.dst),
-                            _view(src, stmt.src).reshape(stmt.operand_shape))
+        return run.exchange(_CURRENT.replica, int(index), *_operands(run.table[int(index)], dst, src))
     except threading.BrokenBarrierError:
         return 1
     except BaseException as e:  # why: an exception must not cross the C call; the run raises it
@@ -172,9 +173,8 @@ _ALONE = threading.local()  # .table: the collectives of a program run without r
 def _alone(index: int, dst: Any, src: Any) -> int:
     """A collective of a program run by one replica (a device of one IPU): a group of one."""
     stmt = _ALONE.table[index]
-    operand = _view(src, stmt.src).reshape(stmt.operand_shape)
-    _view(dst, stmt.dst)[...] = collective_result(stmt.op, [operand], 0, stmt.reduce, stmt.split_axis,
-                                                  stmt.concat_axis).reshape(stmt.dst.shape)
+    out, operand = _operands(stmt, dst, src)
+    out[...] = statement_result(stmt, [operand], 0)
     return 0
 
 

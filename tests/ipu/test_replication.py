@@ -253,17 +253,6 @@ def test_collectives_take_float_and_int32_only(replicated):
         replicated.run(f, args=(np.ones(2, bool),))
 
 
-def test_the_ipu_model_does_not_replicate(fresh_ipu_system, monkeypatch):
-    monkeypatch.setenv("TF_POPLAR_FLAGS", "--use_ipu_model")
-    cfg = ipu.config.IPUConfig()
-    cfg.auto_select_ipus = 2
-    cfg.ipu_model.version = "ipu2"
-    cfg.configure_ipu_system()
-    assert devices.get_device(0).target.ipu_model
-    with pytest.raises(UnimplementedError, match="IPU Model"):
-        ipu.ipu_strategy.IPUStrategy().run(tf.function(lambda: tf.constant(1.0), jit_compile=True))
-
-
 def test_a_failing_replica_stops_the_others(fresh_ipu_system):
     cfg = ipu.config.IPUConfig()
     cfg.auto_select_ipus = 2

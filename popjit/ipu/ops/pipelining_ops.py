@@ -33,7 +33,11 @@ from popjit.ipu.ipu_infeed_queue import IPUInfeedQueue
 from popjit.ipu.ipu_outfeed_queue import IPUOutfeedMode, IPUOutfeedQueue
 from popjit.ipu.optimizers import IpuOptimizer
 from popjit.keras import backend
-from popjit.keras.gradient_accumulation import GradientAccumulationReductionMethod
+from popjit.keras.gradient_accumulation import (
+    GradientAccumulationReductionMethod,
+    GradientAccumulator,
+    refuse_memory_options,
+)
 from popjit.keras.optimizer_v2 import OptimizerV2
 
 __all__ = ["OptimizerFunctionOutput", "PipelineSchedule", "PipelineStageOptions", "RecomputationMode", "pipeline",
@@ -171,14 +175,17 @@ def pipeline(computational_stages: Sequence[Callable], gradient_accumulation_cou
         raise NotImplementedError("The pipelining schedule 'Interleaved' does not currently support multiple pipeline "
                                   "stages on the same device for training graphs. Please use a different pipeline "
                                   "schedule.")
-    _refuse_memory_options(offload_weight_update_variables=offload_weight_update_variables,
+    if outfeed_mask is not None:
+        raise UnimplementedError("pipeline(outfeed_mask=...) is not supported by popjit: use outfeed_loss, or "
+                                 "outfeed every output of the last stage.")
+    refuse_memory_options("pipeline", offload_weight_update_variables=offload_weight_update_variables,
                            replicated_optimizer_state_sharding=replicated_optimizer_state_sharding,
                            offload_activations=offload_activations,
                            offload_gradient_accumulation_buffers=offload_gradient_accumulation_buffers,
                            replicated_weight_sharding=replicated_weight_sharding, offload_weights=offload_weights,
                            continuous_weight_updates=continuous_weight_updates,
                            gradient_accumulation_dtype=gradient_accumulation_dtype,
-                           accumulate_outfeed_dtype=accumulate_outfeed_dtype, outfeed_mask=outfeed_mask)
+                           accumulate_outfeed_dtype=accumulate_outfeed_dtype)
     if batch_serialization_iterations != 1:
         raise UnimplementedError("pipeline(batch_serialization_iterations != 1) is not supported by popjit.")
     for options in (*(forward_propagation_stages_poplar_options or ()),
@@ -212,12 +219,11 @@ class _Pipeline:
         self.stages, self.inputs, self.infeed, self.outfeed = stages, inputs, infeed, outfeed
         self.optimizer_function, self.count, self.reduction = optimizer_function, count, reduction
         self.outfeed_loss, self.accumulate = outfeed_loss, accumulate
-        self.gradients: list[Any] = []  # accumulators, in the order of ``variables``
+        self.accumulator: GradientAccumulator | None = None  # made on the first micro-batch that trains
         self.variables: list[Any] = []
         self.outputs: list[Any] = []  # the outfeed's accumulators (accumulate_outfeed)
         self.tree: Any = None
         self.optimizer: Any = None
-        self.counter: Any = None
 
     # -- one micro-batch -------------------------------------------------------------------------------
     def forward(self, element: Any) -> Any:
@@ -253,22 +259,10 @@ class _Pipeline:
             pairs = result.opt.compute_gradients(result.loss, *result.compute_gradients_args,
                                                  **({"var_list": result.variables} if result.variables else {}),
                                                  **result.compute_gradients_kwargs)
-        pairs = [(g, v) for g, v in pairs if g is not None]
-        if not self.gradients:
-            self.optimizer, self.variables = result, [v for _, v in pairs]
-            self.gradients = [backend.make_variable(np.zeros(tuple(v.shape), v.dtype.as_numpy_dtype),
-                                                    f"pipeline/gradient_accumulation/{v.name.split(':')[0]}", False)
-                              for v in self.variables]
-            self.counter = backend.make_variable(np.int32(0), "pipeline/count", False)
-        n = self.counter + 1
-        for acc, (g, _) in zip(self.gradients, pairs):
-            g = tf.cast(tf.convert_to_tensor(g), acc.dtype)
-            if self.reduction is GradientAccumulationReductionMethod.RUNNING_MEAN:
-                k = tf.cast(n, acc.dtype)
-                acc.assign(acc * ((k - 1.0) / k) + g / k)
-            else:
-                acc.assign_add(g)
-        self.counter.assign(n)
+        if self.accumulator is None:
+            self.optimizer = result
+            self.accumulator = GradientAccumulator(result.opt, self.count, self.reduction)
+        self.variables, _ = self.accumulator.accumulate(pairs)
 
     def emit(self, values: Any) -> None:
         """The micro-batch's values to the outfeed (now, or summed until the repeat ends)."""
@@ -292,7 +286,7 @@ class _Pipeline:
     def one_repeat(self) -> None:
         """``count`` micro-batches, then the weight update and the accumulated outfeed."""
         loops.repeat(self.count, self.micro_batch, infeed_queue=self.infeed)
-        if self.gradients:
+        if self.accumulator is not None:
             self.apply()
         if self.outputs:
             values = [a.read_value() for a in self.outputs]
@@ -303,15 +297,8 @@ class _Pipeline:
     def apply(self) -> Any:
         """The optimizer's update with the accumulated gradients; the accumulators start again from zero."""
         result = self.optimizer
-        grads = [a.read_value() for a in self.gradients]
-        if self.reduction is GradientAccumulationReductionMethod.MEAN:
-            grads = [g / float(self.count) for g in grads]
-        op = result.opt.apply_gradients(list(zip(grads, self.variables)), *result.apply_gradients_args,
-                                        **result.apply_gradients_kwargs)
-        for a in self.gradients:
-            a.assign(tf.zeros_like(a))
-        self.counter.assign(np.int32(0))
-        return op
+        return self.accumulator.apply_accumulated(self.variables, *result.apply_gradients_args,
+                                                  **result.apply_gradients_kwargs)
 
     def build(self, repeat_count: int) -> Any:
         """The loop of ``repeat_count`` repeats (what a TensorFlow 1 session runs)."""
@@ -354,16 +341,6 @@ def _check_feeds(infeed: Any, outfeed: Any, optimizer_function: Any, outfeed_los
             raise ValueError("An outfeed_queue must be provided when accumulate_outfeed is True.")
         if outfeed._mode is not IPUOutfeedMode.ALL:
             raise ValueError("To accumulate the outfeed, it must be in IPUOutfeedMode ALL.")
-
-
-def _refuse_memory_options(**options: Any) -> None:
-    """Graphcore's options that move variables, activations or accumulators to Streaming Memory or across
-    replicas, or change the accumulation type: their defaults are accepted, anything else refused."""
-    for key, value in options.items():
-        if value not in (None, False):
-            raise UnimplementedError(f"pipeline({key}={value!r}) is not supported by popjit (it changes where the IPU "
-                                     "keeps tensors, which popjit does not model, or the accumulation type). Remove "
-                                     "it.")
 
 
 __getattr__ = _missing_attributes("ipu.pipelining_ops")
