@@ -19,8 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from benchmarks import keras_workloads, workloads
 
 REPLICAS = (1, 2, 4)
@@ -91,12 +89,8 @@ def w1_replicated(replicas: int, repeat: int = 3, steps: int = STEPS, batch: int
             ipu.loops.repeat(steps, step, infeed_queue=infeed)
 
         strategy.run(w1_train)  # compile, and the check's run
-        got = [v.numpy() for v in variables]
-        want, _ = workloads.train_numpy([v.astype(np.float64) for v in init],
-                                        xs.reshape(steps, replicas * batch, -1), ys.reshape(steps, -1))
-        error = max(float(np.max(np.abs(g - w))) for g, w in zip(got, want))
-        if error > 1e-3:
-            raise workloads.WrongResult(f"W1 x{replicas} replicas: parameters off by {error:.3g} from NumPy")
+        error = workloads.check_training(f"W1 x{replicas} replicas", variables, init,
+                                         xs.reshape(steps, replicas * batch, -1), ys.reshape(steps, -1))
         seconds = _best(lambda: strategy.run(w1_train), repeat)
     samples = steps * batch * replicas
     return ReplicaRow(f"W1 MLP b{batch} x{steps}", replicas, samples / seconds,

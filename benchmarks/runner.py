@@ -6,6 +6,7 @@
     python -m benchmarks --only keras         # Keras fit: K1 (CNN) and K2 (LSTM), and their first epochs
     python -m benchmarks --only tf1           # TF1 Sessions: feed_dict per step against infeed + loops.repeat
     python -m benchmarks --only replicas      # W1 and the Keras CNN as 1, 2 and 4 replicas (popjit only)
+    python -m benchmarks --only pipeline      # W1 as a 4-stage pipeline: estimated utilisation vs the ideal
     python -m benchmarks --no-peers --json out.json
 
 Throughput is best-of-N after warm-up, in this process, the frameworks of one workload timed
@@ -27,11 +28,11 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
-from benchmarks import keras_workloads, replica_workloads, tf1_workloads, workloads
+from benchmarks import keras_workloads, pipeline_workloads, replica_workloads, tf1_workloads, workloads
 from benchmarks.firstcall import COMPILERS, first_calls
 from benchmarks.timing import interleaved_best, machine_summary
 
-SECTIONS = ("chain", "matmul", "train", "keras", "tf1", "compile", "replicas")
+SECTIONS = ("chain", "matmul", "train", "keras", "tf1", "compile", "replicas", "pipeline")
 CHAIN_TARGET = 1.0  # popjit GB/s ≥ TF-XLA's
 MATMUL_TARGET = 0.9  # popjit GFLOP/s ≥ 90% of NumPy's BLAS
 COMPILE_TARGET_S = 2.0  # cold first-call compile of (a) under 2 s
@@ -326,6 +327,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _progress("W1 and K1 as 1, 2 and 4 replicas")
         print(f"\nreplicas (samples/s on this host and as the IPU estimate gives them):\n"
               f"{replica_workloads.table(replica_workloads.replica_rows(args.repeat))}", flush=True)
+    if "pipeline" in args.only:
+        _progress("W1 as a 4-stage pipeline")
+        print(f"\npipeline (4 stages on 4 IPUs, the IPU estimate's utilisation against the fill/drain formula):\n"
+              f"{pipeline_workloads.table(pipeline_workloads.pipeline_rows(args.repeat))}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": header[1:], "rows": [asdict(r) for r in rows]}, f, indent=1)

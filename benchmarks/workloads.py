@@ -344,6 +344,16 @@ def train_numpy(params: Params, xs: np.ndarray, ys: np.ndarray, lr: float = TRAI
     return params, np.array(losses)
 
 
+def check_training(label: str, variables: list[Any], init: Params, xs: np.ndarray, ys: np.ndarray) -> float:
+    """The largest difference between trained ``variables`` and NumPy's float64 SGD from ``init`` on the
+    batches ``xs``, ``ys``; ``WrongResult`` naming ``label`` if it is over 1e-3."""
+    want, _ = train_numpy([v.astype(np.float64) for v in init], xs, ys)
+    error = max(float(np.max(np.abs(v.numpy() - w))) for v, w in zip(variables, want))
+    if error > 1e-3:
+        raise WrongResult(f"{label}: parameters off by {error:.3g} from NumPy")
+    return error
+
+
 def loss_summary(losses: np.ndarray) -> np.ndarray:
     """What a training call returns: ``[last step's loss, mean loss over the steps]``."""
     return np.array([losses[-1], np.mean(losses)])

@@ -107,8 +107,8 @@ _POPDIST_ADVICE = ("Use ipu.distributed.popdist_strategy.PopDistStrategy, and st
 
 ENTRIES: tuple[Entry, ...] = (
     # -- several IPUs --
-    *_ipu_modules("sharded_optimizer", "sharding", "within_replica_ops"),
-    *_multi_ipu("ipu.optimizers.CrossReplicaGradientAccumulationOptimizer", "ipu.optimizers.ShardedOptimizer",
+    *_ipu_modules("sharding", "within_replica_ops"),
+    *_multi_ipu("ipu.optimizers.CrossReplicaGradientAccumulationOptimizer",
                 "ipu.keras.optimizers.CrossReplicaOptimizer"),
     # -- several hosts (PopDist) --
     Entry("ipu.ipu_multi_worker_strategy", Status.MISSING,

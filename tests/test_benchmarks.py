@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from benchmarks import firstcall, keras_workloads, runner, timing, workloads
+from benchmarks import firstcall, keras_workloads, pipeline_workloads, runner, timing, workloads
 
 
 @pytest.mark.parametrize("n", [1, 7, 1000, 4097])
@@ -317,3 +317,13 @@ def test_replica_rows_check_against_numpy_and_scale(fresh_ipu_system):
     lines = replica_workloads.table(rows).splitlines()
     assert lines[0].split()[:2] == ["workload", "replicas"]
     assert "1.00" in lines[1] and len(lines) == 3  # the one-replica row scales by 1
+
+
+def test_pipeline_row_checks_against_numpy_and_stays_under_the_ideal(fresh_ipu_system):
+    row = pipeline_workloads.run_pipeline("Grouped", 8, repeat=1)
+    assert row.check.startswith("max |w - NumPy|")
+    assert row.ideal == pytest.approx(8 / (8 + 2 * (pipeline_workloads.STAGES - 1)))
+    assert 0 < row.utilisation <= row.ideal  # a step lasts at least as long as the busiest stage
+    assert row.ipu_samples_per_s > 0 and row.host_samples_per_s > 0
+    lines = pipeline_workloads.table([row]).splitlines()
+    assert lines[0].split()[:3] == ["schedule", "gac", "utilisation"] and lines[1].startswith("Grouped")

@@ -15,7 +15,9 @@ depends on.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Hashable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,20 +50,24 @@ def vjp_rule(entry: Entry) -> Callable[..., Sequence[Any]]:
 
 
 def backprop(entries: Sequence[Entry], seeds: dict[Hashable, Any], key: Callable[[Any], Hashable], t: Any,
-             differentiable: Callable[[Any], bool]) -> dict[Hashable, Any]:
-    """Cotangents of every tensor reached from ``seeds`` (key -> cotangent) through ``entries``."""
+             differentiable: Callable[[Any], bool],
+             placed: Callable[[Entry], AbstractContextManager[Any]] | None = None) -> dict[Hashable, Any]:
+    """Cotangents of every tensor reached from ``seeds`` (key -> cotangent) through ``entries``.
+    ``placed(entry)``, if given, is entered while an entry's backward computation is built (a traced
+    program puts it on the IPU of the entry's forward op)."""
     cts = dict(seeds)
     for entry in reversed(entries):
         out_cts = [cts.get(key(o)) for o in entry.outputs]
         if all(c is None for c in out_cts):
             continue
-        in_cts = vjp_rule(entry)(t, entry.inputs, entry.outputs, out_cts, **entry.attrs)
-        assert len(in_cts) == len(entry.inputs), f"vjp of {entry.op} returned {len(in_cts)} cotangents"
-        for x, c in zip(entry.inputs, in_cts):
-            if c is None or not differentiable(x):
-                continue
-            k = key(x)
-            cts[k] = c if k not in cts else t.add(cts[k], c)
+        with placed(entry) if placed is not None else contextlib.nullcontext():
+            in_cts = vjp_rule(entry)(t, entry.inputs, entry.outputs, out_cts, **entry.attrs)
+            assert len(in_cts) == len(entry.inputs), f"vjp of {entry.op} returned {len(in_cts)} cotangents"
+            for x, c in zip(entry.inputs, in_cts):
+                if c is None or not differentiable(x):
+                    continue
+                k = key(x)
+                cts[k] = c if k not in cts else t.add(cts[k], c)
     return cts
 
 

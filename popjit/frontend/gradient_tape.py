@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Hashable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
 
 from popjit.autodiff.backprop import Entry, backprop, reachable
 from popjit.frontend import nest
-from popjit.frontend.tensor import Tensor
+from popjit.frontend.tensor import Tensor, placed_beside
 
 _state = threading.local()
 
@@ -170,7 +171,7 @@ class GradientTape:
         source_keys = [[k for k in self._source_keys(s) if k in tracked] for s in flat_sources]
         live = reachable(self._entries, {k for ks in source_keys for k in ks}, key)
         entries = [e for e in self._entries if any(key(x) in live for x in e.inputs)]
-        cts = backprop(entries, self._seeds(target, output_gradients), key, GRAD_OPS, _differentiable)
+        cts = backprop(entries, self._seeds(target, output_gradients), key, GRAD_OPS, _differentiable, _placed)
         grads = [self._collect(cts, ks, s, unconnected) for ks, s in zip(source_keys, flat_sources)]
         return nest.pack_sequence_as(sources, grads)
 
@@ -375,3 +376,9 @@ class _GradOps:
 
 
 GRAD_OPS = _GradOps()
+
+
+def _placed(entry: Entry) -> AbstractContextManager[Any]:
+    """While a traced entry's gradient is built: its nodes go on the IPU of the entry's forward node and are
+    marked as a gradient computation (what a pipeline's estimate needs); nothing for eager entries."""
+    return placed_beside(entry.outputs[0] if entry.outputs else None, backward=True)

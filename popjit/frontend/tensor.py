@@ -8,6 +8,7 @@ op immediately otherwise.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -346,3 +347,12 @@ def is_tensor(x: Any) -> bool:
 
 def shape_error(msg: str) -> InvalidArgumentError:
     return InvalidArgumentError(msg)
+
+
+def placed_beside(t: Any, backward: bool | None = None) -> contextlib.AbstractContextManager[None]:
+    """While the block builds nodes: on the IPU of the node that made the traced tensor ``t`` (and marked as a
+    gradient computation when ``backward``); nothing changes for an eager tensor or an unplaced node."""
+    sym, trace = getattr(t, "_sym", None), getattr(t, "_trace", None)
+    if trace is None or sym is None or sym.producer is None:
+        return contextlib.nullcontext()
+    return trace.placed(sym.producer.shard, backward=backward)

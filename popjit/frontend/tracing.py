@@ -13,8 +13,9 @@ the loop and conditional builders turn the written set into carried values / bra
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,8 @@ class Trace:
         self.const_values: dict[int, np.ndarray] = {}
         self.effects: list[Node] = []
         self.extra: dict[str, Any] = {}
+        self.shard: int | None = None  # the IPU new nodes are placed on (None: with their data)
+        self.backward = False  # new nodes belong to a gradient computation
 
     @property
     def current(self) -> Scope:
@@ -73,7 +76,7 @@ class Trace:
 
     def add_node(self, op: str, inputs: Sequence[Value], attrs: dict[str, Any], out_avals: Sequence[Aval],
                  regions: Sequence[Region] = (), loc: SourceLoc | None = None) -> Node:
-        node = Node(op, inputs, attrs, out_avals, regions, loc)
+        node = Node(op, inputs, attrs, out_avals, regions, loc, self.shard, self.backward)
         scope = self.current
         scope.region.add(node)
         for v in node.outputs:
@@ -187,6 +190,32 @@ class Trace:
     def use_shard(self, index: int) -> None:
         """Note that ops are placed on shard ``index`` (``ipu.scopes.ipu_shard``, a pipeline stage's IPU)."""
         self.extra["shards"] = max(self.shards, index + 1)
+
+    @contextlib.contextmanager
+    def marking(self, op: str, **attrs: Any) -> Iterator[None]:
+        """The last ``op`` node the block adds to the current region (if any) gets ``attrs``: what the schedule
+        needs to know of it (a pipeline's loop, a gradient accumulation's weight update)."""
+        region = self.current.region
+        first = len(region.nodes)
+        yield
+        node = next((n for n in reversed(region.nodes[first:]) if n.op == op), None)
+        if node is not None:
+            node.attrs.update(attrs)
+
+    @contextlib.contextmanager
+    def placed(self, shard: int | None, backward: bool | None = None) -> Iterator[None]:
+        """Nodes added inside go on ``shard`` (None: leave the current placement), and are marked as part
+        of a gradient computation when ``backward``."""
+        saved = self.shard, self.backward
+        if shard is not None:
+            self.use_shard(shard)
+            self.shard = shard
+        if backward is not None:
+            self.backward = backward
+        try:
+            yield
+        finally:
+            self.shard, self.backward = saved
 
 
 _state = threading.local()

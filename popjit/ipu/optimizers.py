@@ -5,6 +5,7 @@ the gradients between computing and applying them:
 
 - :class:`CrossReplicaOptimizer`: each gradient summed over the replicas (plain data parallelism);
 - :class:`MapGradientOptimizer`: each gradient replaced by ``gradient_mapping_function(grad, var)``;
+- :class:`ShardedOptimizer` (:mod:`popjit.ipu.sharded_optimizer`): each variable's update on its gradient's IPU;
 - :class:`GradientAccumulationOptimizerV2` (``popjit.keras.gradient_accumulation``) and
   :class:`CrossReplicaGradientAccumulationOptimizerV2`: applied once every ``num_mini_batches`` steps,
   the latter to gradients summed over the replicas once per application.
@@ -27,7 +28,7 @@ from popjit.keras.gradient_accumulation import GradientAccumulationOptimizerV2, 
 from popjit.keras.optimizer_v2 import OptimizerV2
 
 __all__ = ["CrossReplicaGradientAccumulationOptimizerV2", "CrossReplicaOptimizer", "GradientAccumulationOptimizerV2",
-           "IpuOptimizer", "MapGradientOptimizer"]
+           "IpuOptimizer", "MapGradientOptimizer", "ShardedOptimizer"]
 
 
 class IpuOptimizer:
@@ -79,6 +80,13 @@ class IpuOptimizer:
         if name.startswith("__") or name in ("_opt", "_name"):
             raise AttributeError(name)
         return getattr(self._opt, name)
+
+
+def bottom_optimizer(opt: Any) -> Any:
+    """The TF1 or Keras optimizer at the bottom of a stack of wrappers."""
+    while isinstance(opt, IpuOptimizer):
+        opt = opt._opt
+    return opt
 
 
 class CrossReplicaOptimizer(IpuOptimizer):
@@ -142,4 +150,8 @@ class _SummedThenApplied:
         return self.opt.apply_gradients(pairs)
 
 
-__getattr__ = _missing_attributes("ipu.optimizers")  # ShardedOptimizer needs sharding (popjit/support.py)
+__getattr__ = _missing_attributes("ipu.optimizers")  # popjit/support.py lists what is missing
+
+
+# why: ShardedOptimizer is defined on IpuOptimizer above (its module imports this one)
+from popjit.ipu.sharded_optimizer import ShardedOptimizer  # noqa: E402

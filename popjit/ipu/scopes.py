@@ -39,13 +39,16 @@ def ipu_shard(index: int) -> Iterator[None]:
     """Place the operations built inside on shard (IPU) ``index`` of the program's device: a program whose
     ops use shards ``0..S-1`` spans S IPUs, and a device of N IPUs runs it as N / S replicas (more
     shards than IPUs fails when it compiles). The values are those of the unsharded program; the IPU
-    estimate schedules a sharded program on one IPU with the tiles of all its shards (docs/limitations.md)."""
+    estimate maps each shard's tensors and compute sets on its own IPU, with inter-IPU copies where a
+    tensor crosses from one shard to another (gradients follow their forward ops)."""
     if type(index) is not int or index < 0:
         raise ValueError(f"ipu_shard: the shard index must be a non-negative int, not {index!r}.")
     trace = current_trace()
-    if trace is not None:
-        trace.use_shard(index)
-    yield
+    if trace is None:
+        yield
+        return
+    with trace.placed(index):
+        yield
 
 
 @unimplemented_stub("ipu.scopes.outside_compilation_scope")

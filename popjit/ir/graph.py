@@ -68,9 +68,14 @@ class Value:
 
 
 class Node:
-    """One op application: ``outputs = op[attrs](inputs) {regions}``."""
+    """One op application: ``outputs = op[attrs](inputs) {regions}``.
 
-    __slots__ = ("attrs", "inputs", "loc", "op", "outputs", "regions")
+    ``shard`` is the IPU of its program it was placed on (``ipu.scopes.ipu_shard``, a pipeline stage's
+    device), or None where the user placed nothing (the schedule then puts it with its data);
+    ``backward`` marks a node of a gradient computation. Neither changes what the node computes.
+    """
+
+    __slots__ = ("attrs", "backward", "inputs", "loc", "op", "outputs", "regions", "shard")
 
     def __init__(
         self,
@@ -80,6 +85,8 @@ class Node:
         out_avals: Sequence[Aval],
         regions: Sequence[Region] = (),
         loc: SourceLoc | None = None,
+        shard: int | None = None,
+        backward: bool = False,
     ) -> None:
         self.op = op
         self.inputs = list(inputs)
@@ -87,6 +94,12 @@ class Node:
         self.outputs = [Value(a, self, i) for i, a in enumerate(out_avals)]
         self.regions = list(regions)
         self.loc = loc
+        self.shard = shard
+        self.backward = backward
+
+    def placement(self) -> dict[str, Any]:
+        """Keyword arguments that place a node made to replace this one where this one is."""
+        return {"loc": self.loc, "shard": self.shard, "backward": self.backward}
 
     @property
     def out(self) -> Value:
@@ -126,7 +139,7 @@ def _copy_region(region: Region, values: dict[int, Value]) -> Region:
     for node in region.nodes:
         regions = [_copy_region(r, values) for r in node.regions]
         new = Node(node.op, [values[v.uid] for v in node.inputs], node.attrs, [v.aval for v in node.outputs],
-                   regions, node.loc)
+                   regions, **node.placement())
         values.update((v.uid, w) for v, w in zip(node.outputs, new.outputs))
         nodes.append(new)
     return Region(params, nodes, [values[v.uid] for v in region.results])

@@ -54,7 +54,14 @@ def _node_line(node: Node, names: _Names, digest: bool) -> str:
     attrs = ", ".join(f"{k}={format_attr(v, digest)}" for k, v in sorted(node.attrs.items()))
     args = ", ".join(names(v) for v in node.inputs)
     lhs = f"{outs} = " if outs else ""
-    return f"{lhs}{node.op}{f'[{attrs}]' if attrs else ''}({args})"
+    return f"{lhs}{node.op}{f'[{attrs}]' if attrs else ''}({args}){_placement(node)}"
+
+
+def _placement(node: Node) -> str:
+    """`` on ipu<k>`` (and `` backward``) for a node placed on a shard; nothing otherwise."""
+    if node.shard is None:
+        return ""
+    return f" on ipu{node.shard}" + (" backward" if node.backward else "")
 
 
 def _print_region(region: Region, names: _Names, indent: str, digest: bool, out: list[str]) -> None:

@@ -373,9 +373,20 @@ def freeze_attrs(attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 
 class Stmt:
-    """A loop-IR statement."""
+    """A loop-IR statement.
+
+    ``shard``: the IPU of a multi-IPU program the graph placed it on (None: with its data); ``backward``:
+    part of a gradient computation. Both are for the schedule; they never change what runs.
+    """
 
     visit_method: ClassVar[str]
+    shard: int | None = None
+    backward: bool = False
+
+    def placed_like(self, other: Stmt) -> Stmt:
+        """This statement, placed where ``other`` (which it replaces) was."""
+        self.shard, self.backward = other.shard, other.backward
+        return self
 
     def children(self) -> list[list[Stmt]]:
         return []
@@ -536,10 +547,13 @@ class Collective(Stmt):
 
 @dataclass(eq=False)
 class Repeat(Stmt):
-    """Run ``body`` a fixed number of times (Poplar ``Repeat``)."""
+    """Run ``body`` a fixed number of times (Poplar ``Repeat``). ``pipeline``: ``(schedule, device
+    mapping, recompute, micro-batches per weight update)`` when the iterations are a pipeline's
+    micro-batches, which the IPUs overlap."""
 
     count: int
     body: list[Stmt]
+    pipeline: tuple[str, tuple[int, ...], bool, int] | None = None
     visit_method: ClassVar[str] = "visit_repeat"
 
     def children(self) -> list[list[Stmt]]:
@@ -568,11 +582,13 @@ class While(Stmt):
 
 @dataclass(eq=False)
 class If(Stmt):
-    """Run ``then`` if the scalar ``pred`` is true, else ``orelse``."""
+    """Run ``then`` if the scalar ``pred`` is true, else ``orelse``. ``every``: ``then`` is a weight update
+    taken once every that many runs (gradient accumulation), which a pipeline's estimate needs."""
 
     pred: Buffer
     then: list[Stmt]
     orelse: list[Stmt]
+    every: int | None = None
     visit_method: ClassVar[str] = "visit_if"
 
     def children(self) -> list[list[Stmt]]:
@@ -812,10 +828,10 @@ class StmtMutator(LoopFunctor):
     visit_matmul = visit_copy = visit_collective = visit_kernel
 
     def visit_repeat(self, s: Repeat) -> Stmt | None:
-        return Repeat(s.count, self.block(s.body))
+        return Repeat(s.count, self.block(s.body), s.pipeline).placed_like(s)
 
     def visit_while(self, s: While) -> Stmt | None:
-        return While(self.block(s.cond), s.pred, self.block(s.body), s.max_iterations)
+        return While(self.block(s.cond), s.pred, self.block(s.body), s.max_iterations).placed_like(s)
 
     def visit_if(self, s: If) -> Stmt | None:
-        return If(s.pred, self.block(s.then), self.block(s.orelse))
+        return If(s.pred, self.block(s.then), self.block(s.orelse), s.every).placed_like(s)

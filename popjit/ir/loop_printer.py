@@ -122,7 +122,7 @@ class StmtFormatter(StmtVisitor):
             r = k.reduce
             flags = "".join(f" {f}" for f in ("exclusive", "reverse") if getattr(r, f))
             head += f" {r.mode} {r.op} over [{','.join(map(str, r.rdomain))}]{flags}"
-        self.line(head + ":")
+        self.line(head + _on(k) + ":")
         for s in k.stores:
             self.line(f"  {s.buf.name}[{self.exprs.index(s.index)}] = {self.exprs.expr(s.value)}")
 
@@ -131,17 +131,19 @@ class StmtFormatter(StmtVisitor):
         acc = f" + {s.beta!r} * {s.out.name}" if s.beta else ""
         self.line(f"matmul {s.name} {s.out.name} = {scale}{s.a.name}{'.T' if s.ta else ''} @ {s.b.name}"
                   f"{'.T' if s.tb else ''}{acc}  batch={s.batch} m={s.m} n={s.n} k={s.k} "
-                  f"strides=({s.a_batch_stride},{s.b_batch_stride})")
+                  f"strides=({s.a_batch_stride},{s.b_batch_stride}){_on(s)}")
 
     def visit_copy(self, s: Copy) -> None:
-        self.line(f"copy {s.dst.name} <- {s.src.name}")
+        self.line(f"copy {s.dst.name} <- {s.src.name}{_on(s)}")
 
     def visit_collective(self, s: Collective) -> None:
         group = f" group {s.group}" if s.group else ""
-        self.line(f"{s.dst.name} = replicas.{s.op}({s.src.name}){group}")
+        self.line(f"{s.dst.name} = replicas.{s.op}({s.src.name}){group}{_on(s)}")
 
     def visit_repeat(self, s: Repeat) -> None:
-        self.line(f"repeat {s.count}:")
+        pipeline = (f" as a {s.pipeline[0]} pipeline over IPUs {list(s.pipeline[1])}"
+                    f"{' recomputing' if s.pipeline[2] else ''}" if s.pipeline else "")
+        self.line(f"repeat {s.count}{pipeline}:")
         self.nested(s.body)
 
     def visit_while(self, s: While) -> None:
@@ -157,6 +159,13 @@ class StmtFormatter(StmtVisitor):
         self.nested(s.then)
         self.line("else:")
         self.nested(s.orelse)
+
+
+def _on(s: Stmt) -> str:
+    """`` on ipu<k>`` (`` backward``) for a statement placed on a shard."""
+    if s.shard is None:
+        return ""
+    return f" on ipu{s.shard}" + (" backward" if s.backward else "")
 
 
 def format_stmts(stmts: list[Stmt], ind: str, out: list[str]) -> None:

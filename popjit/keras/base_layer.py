@@ -357,7 +357,7 @@ class Layer:
             if self._call_spec.accepts_training:
                 kwargs["training"] = training
             call = self.call if tf.executing_eagerly() else tf.autograph.to_graph(self.call)
-            with backend.name_scope(self.name if self._scopes_sublayers else None):
+            with backend.name_scope(self.name if self._scopes_sublayers else None), pipelining.on_stage_ipu(self):
                 outputs = call(inputs, *args, **kwargs)
         if self.activity_regularizer is not None:
             self._add_activity_penalty(outputs)

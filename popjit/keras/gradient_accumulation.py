@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from popjit.frontend import api as tf
+from popjit.frontend.tracing import current_trace
 from popjit.keras import backend
 
 __all__ = ["GradientAccumulationOptimizerV2", "GradientAccumulationReductionMethod", "GradientAccumulator"]
@@ -83,7 +84,11 @@ class GradientAccumulator:
             self.apply_accumulated(var_list)
             return tf.constant(True)
 
-        return tf.cond(tf.equal(count, self.steps), apply, lambda: tf.constant(False))
+        trace = current_trace()
+        if trace is None:
+            return tf.cond(tf.equal(count, self.steps), apply, lambda: tf.constant(False))
+        with trace.marking("if", weight_update_every=self.steps):  # a pipeline's estimate counts it once per group
+            return tf.cond(tf.equal(count, self.steps), apply, lambda: tf.constant(False))
 
     def accumulate(self, grads_and_vars: Any) -> tuple[list[Any], Any]:
         """Add one step's gradients to the accumulators (made on first use) and count the step: the

@@ -13,7 +13,7 @@ from typing import Any
 
 from popjit.errors import missing_api, unimplemented_name
 from popjit.frontend import api as tf
-from popjit.keras import backend, functional_config, generic_utils, keras3_schema, optimizers, saving
+from popjit.keras import backend, functional_config, generic_utils, keras3_schema, optimizers, pipelining, saving
 from popjit.keras.base_layer import Layer, _dedup, as_shape_tuple
 from popjit.keras.keras_tensor import InputLayer, KerasTensor, Node, infer_output_signature
 from popjit.keras.layers import deserialize, serialize
@@ -103,7 +103,8 @@ class Model(TrainingAPI, Layer):
         for node in self._nodes:
             if isinstance(node.layer, InputLayer):
                 continue
-            outs = node.run(values)
+            with pipelining.on_stage_ipu(node):
+                outs = node.run(values)
             for kt, value in zip(tf.nest.flatten(node.outputs), outs):
                 values[id(kt)] = value
         return tf.nest.map_structure(lambda kt: values[id(kt)], self._nested_outputs)

@@ -10,6 +10,7 @@ belongs to), and compiled steps update them in place.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
 from typing import Any
@@ -18,6 +19,7 @@ import numpy as np
 
 from popjit.frontend import api as tf
 from popjit.frontend.replication import sum_across_replicas
+from popjit.frontend.tensor import placed_beside
 from popjit.keras import backend, initializers, schedules
 
 log = logging.getLogger("popjit")
@@ -33,6 +35,8 @@ def _is_dynamic(value: Any) -> bool:
 class OptimizerV2:
     """Base class of Keras optimizers: subclasses define ``_create_slots``, ``_prepare_local`` and
     ``_resource_apply_dense``."""
+
+    _places_updates = False  # each variable's update on its gradient's IPU (ipu.optimizers.ShardedOptimizer)
 
     def __init__(self, name: str, gradient_aggregator: Any = None, gradient_transformers: Any = None,
                  **kwargs: Any) -> None:
@@ -253,17 +257,18 @@ class OptimizerV2:
         var_list = [v for _, v in pairs]
         self._create_all_weights(var_list)
         if pairs:
-            grads = [tf.convert_to_tensor(g) for g, _ in pairs]
+            computed = grads = [tf.convert_to_tensor(g) for g, _ in pairs]
             if experimental_aggregate_gradients:
                 grads = sum_across_replicas(grads)
             grads = self._transform_gradients(grads)
             states = self._prepare(var_list)
-            for grad, var in zip(grads, var_list):
-                if grad.dtype != var.dtype:
-                    grad = tf.cast(grad, var.dtype)
-                self._resource_apply_dense(grad, var, states[var.dtype])
-                if var.constraint is not None:
-                    var.assign(var.constraint(var))
+            for grad, var, where in zip(grads, var_list, computed):
+                with placed_beside(where) if self._places_updates else contextlib.nullcontext():
+                    if grad.dtype != var.dtype:
+                        grad = tf.cast(grad, var.dtype)
+                    self._resource_apply_dense(grad, var, states[var.dtype])
+                    if var.constraint is not None:
+                        var.assign(var.constraint(var))
         self.iterations.assign_add(np.int64(1))
         return self.iterations
 

@@ -12,12 +12,45 @@ replicated over the rest of the device.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from popjit.frontend.tracing import current_trace
+
 _LOCAL = threading.local()
+
+
+@contextlib.contextmanager
+def placing(ipus: dict[int, int], last: int | None = None) -> Iterator[None]:
+    """While a pipelined model's device program is traced: the IPU of each layer call, by the id of its
+    functional node or of its layer (:meth:`popjit.keras.training.TrainingAPI._stage_ipus`), and of the last
+    stage, which computes the loss and metrics."""
+    saved = getattr(_LOCAL, "ipus", None), getattr(_LOCAL, "last", None)
+    _LOCAL.ipus, _LOCAL.last = ipus, last
+    try:
+        yield
+    finally:
+        _LOCAL.ipus, _LOCAL.last = saved
+
+
+def on_last_stage_ipu() -> contextlib.AbstractContextManager[None]:
+    """The loss and metrics of a pipelined model go on its last stage's IPU (nothing changes otherwise)."""
+    last = getattr(_LOCAL, "last", None)
+    trace = current_trace()
+    return contextlib.nullcontext() if last is None or trace is None else trace.placed(last)
+
+
+def on_stage_ipu(call: Any) -> contextlib.AbstractContextManager[None]:
+    """The ops of a layer call (a functional node, or a layer) go on its stage's IPU while :func:`placing`
+    says where; otherwise nothing changes."""
+    ipus = getattr(_LOCAL, "ipus", None)
+    trace = current_trace()
+    if not ipus or trace is None or id(call) not in ipus:
+        return contextlib.nullcontext()
+    return trace.placed(ipus[id(call)])
 
 
 def current_stage() -> int | None:

@@ -25,6 +25,7 @@ from popjit.frontend.tracing import current_trace
 from popjit.keras import callbacks as callbacks_mod
 from popjit.keras import gradient_accumulation, mixed_precision, optimizers, pipelining
 from popjit.keras.compile_utils import LossesContainer, MetricsContainer
+from popjit.runtime import device as devices
 
 log = logging.getLogger("popjit")
 
@@ -500,6 +501,33 @@ class TrainingAPI:
             raise ValueError(f"Each stage must be mapped to an IPU: {len(mapping)} mappings != {count} stages")
         return (max(mapping) if mapping else count - 1) + 1
 
+    def _stage_ipus(self) -> dict[int, int]:
+        """The IPU of each pipelined layer call, by the id of its node (functional models) or of its layer."""
+        mapping = (getattr(self, "_pipelining", None) or {}).get("device_mapping")
+        out = {}
+        for (_, layer, _, node), stage in zip(self._stage_calls(), self._stages()):
+            if stage is not None:
+                out[id(node if node is not None else layer)] = mapping[stage] if mapping else stage
+        return out
+
+    def _stage_device(self, stage: int) -> int:
+        """The IPU of pipeline stage ``stage`` (negative: from the end)."""
+        count = max(s for s in self._stages() if s is not None) + 1
+        mapping = (getattr(self, "_pipelining", None) or {}).get("device_mapping") or list(range(count))
+        return mapping[stage]
+
+    def _pipeline_marker(self, mode: str) -> tuple[str, tuple[int, ...], bool, int]:
+        """What the schedule needs of the pipelined device loop of ``mode``: its pipeline schedule, the IPU of
+        each stage, whether backward passes recompute, and the steps per weight update (0: inference)."""
+        count = max(s for s in self._stages() if s is not None) + 1
+        schedule = (getattr(self, "_pipelining", None) or {}).get("schedule")
+        name = ("Grouped", "Interleaved", "Sequential")[0 if schedule is None else int(schedule)]
+        training = mode == "train"
+        accumulator = getattr(self, "_accumulator", None)
+        return (name, tuple(self._stage_device(s) for s in range(count)),
+                training and bool(devices.configured_option("allow_recompute", False)),
+                accumulator.steps if training and accumulator is not None else 0)
+
     def _shards_on(self, strategy: Any) -> int:
         """The IPUs one copy of this model's programs spans on ``strategy`` (1 on the host)."""
         return self._pipeline_shards() if self._device_loop(strategy) else 1
@@ -557,23 +585,26 @@ class TrainingAPI:
         x, y, sample_weight = unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
             y_pred = self(x, training=True)
-            loss = self.compiled_loss(y, y_pred, sample_weight, regularization_losses=self.losses)
+            with pipelining.on_last_stage_ipu():
+                loss = self.compiled_loss(y, y_pred, sample_weight, regularization_losses=self.losses)
         if getattr(self, "_accumulator", None) is not None:
             # the optimizer's gradients: a LossScaleOptimizer's are of the scaled loss, unscaled
             self._accumulator.apply_gradients(self.optimizer._compute_gradients(loss, self.trainable_variables,
                                                                                 tape=tape))
         else:
             self.optimizer.minimize(loss, self.trainable_variables, tape=tape)
-        self.compiled_metrics.update_state(y, y_pred, sample_weight)
+        with pipelining.on_last_stage_ipu():
+            self.compiled_metrics.update_state(y, y_pred, sample_weight)
         return {m.name: m.result() for m in self.metrics}
 
     def test_step(self, data: Any) -> dict[str, Any]:
         """One evaluation step: forward, loss and metrics."""
         x, y, sample_weight = unpack_x_y_sample_weight(data)
         y_pred = self(x, training=False)
-        if self.compiled_loss is not None:
-            self.compiled_loss(y, y_pred, sample_weight, regularization_losses=self.losses)
-        self.compiled_metrics.update_state(y, y_pred, sample_weight)
+        with pipelining.on_last_stage_ipu():
+            if self.compiled_loss is not None:
+                self.compiled_loss(y, y_pred, sample_weight, regularization_losses=self.losses)
+            self.compiled_metrics.update_state(y, y_pred, sample_weight)
         return {m.name: m.result() for m in self.metrics}
 
     def predict_step(self, data: Any) -> Any:
@@ -670,10 +701,16 @@ class TrainingAPI:
             shards = self._shards_on(strategy)
 
             def loop() -> None:
-                if shards > 1:  # a pipelined model's program spans one IPU per stage
-                    current_trace().use_shard(shards - 1)
-                # why: library code is not converted by autograph, so the device loop is built directly
-                control_flow.for_range(0, steps, 1, one_step, [])
+                if shards == 1:
+                    # why: library code is not converted by autograph, so the device loop is built directly
+                    control_flow.for_range(0, steps, 1, one_step, [])
+                    return
+                trace = current_trace()
+                trace.use_shard(shards - 1)  # a pipelined model's program spans one IPU per stage
+                # its layer calls go on their stage's IPU, and the IPUs overlap its steps (micro-batches)
+                with pipelining.placing(self._stage_ipus(), self._stage_device(-1)), \
+                        trace.marking("while", pipeline=self._pipeline_marker(mode)):
+                    control_flow.for_range(0, steps, 1, one_step, [])
 
             loop.__name__ = f"{mode}_function"  # the program's name, as Keras names these functions
             self._functions[key] = tf.function(loop, jit_compile=True)

@@ -37,6 +37,7 @@ class LowerCtx:
         self._count = 0
         self._consts: dict[str, Buffer] = {}
         self.stream = StreamLowering(self)
+        self.placing: Node | None = None  # the node being lowered: its statements go where it was placed
 
     # -- building blocks -----------------------------------------------------------------------
     def name(self, base: str, ops: Sequence[str]) -> str:
@@ -59,6 +60,8 @@ class LowerCtx:
         return self._consts[key]
 
     def emit(self, stmt: Stmt) -> None:
+        if self.placing is not None:
+            stmt.shard, stmt.backward = self.placing.shard, self.placing.backward
         self.block.append(stmt)
 
     @contextlib.contextmanager
@@ -93,11 +96,15 @@ class LowerCtx:
         for node in region.nodes:
             op = registry.get(node.op)
             lower = registry.facet(op, "lower")
-            outs = lower(self, node, [self.env[v.uid] for v in node.inputs])
-            assert len(outs) == len(node.outputs), f"{node.op} lowered to {len(outs)} values, not {len(node.outputs)}"
-            for v, lz in zip(node.outputs, outs):
-                assert lz.shape == v.shape, f"{node.op}: lowered shape {lz.shape} != {v.shape}"
-                self.env[v.uid] = self.materialize(lz, node.op) if v.uid in self.plan else lz
+            outer, self.placing = self.placing, node
+            try:
+                outs = lower(self, node, [self.env[v.uid] for v in node.inputs])
+                assert len(outs) == len(node.outputs), f"{node.op} gave {len(outs)} values, not {len(node.outputs)}"
+                for v, lz in zip(node.outputs, outs):
+                    assert lz.shape == v.shape, f"{node.op}: lowered shape {lz.shape} != {v.shape}"
+                    self.env[v.uid] = self.materialize(lz, node.op) if v.uid in self.plan else lz
+            finally:
+                self.placing = outer
 
     def bind(self, values: Sequence[Value], buffers: Sequence[Buffer]) -> None:
         for v, b in zip(values, buffers):
@@ -126,7 +133,7 @@ class LowerCtx:
         self.stream.trips.pop()
         if trip is not None:
             count = trip if limit is None else min(trip, limit)
-            self.emit(Repeat(int(count), body_block))
+            self.emit(Repeat(int(count), body_block, node.attrs.get("pipeline")))
         else:
             assert pred is not None and pred.view is not None
             self.emit(While(cond_block, pred.view.buffer, body_block, limit))
@@ -160,7 +167,7 @@ class LowerCtx:
                     self.materialize(self.env[v.uid], into=buf)
         self.stream.trips.pop()
         assert pred.view is not None
-        self.emit(If(pred.view.buffer, blocks[0], blocks[1]))
+        self.emit(If(pred.view.buffer, blocks[0], blocks[1], node.attrs.get("weight_update_every")))
         return [Lazy.of_buffer(b) for b in outs]
 
     # -- the whole graph -----------------------------------------------------------------------------

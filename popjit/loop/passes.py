@@ -117,7 +117,7 @@ def collapse_kernel(k: Kernel) -> Kernel:
     rename.update({IVar(f"_r{j}"): ivar(f"r{j}") for j in range(len(reduce.rdomain) if reduce else 0)})
     stores = [Store(s.buf, s.index.substitute(mapping).substitute(rename),
                     s.value.substitute(mapping).substitute(rename)) for s in k.stores]
-    return Kernel(k.name, tuple(dsizes), stores, reduce, k.ops)
+    return Kernel(k.name, tuple(dsizes), stores, reduce, k.ops).placed_like(k)
 
 
 
@@ -258,7 +258,7 @@ def _fold_into(mm: MatMul, k: Stmt, read_counts: dict[int, int]) -> MatMul | Non
     if c is None:
         return None
     return MatMul(mm.name, dst, mm.a, mm.b, mm.batch, mm.m, mm.n, mm.k, mm.ta, mm.tb, mm.a_batch_stride,
-                  mm.b_batch_stride, alpha=-c, beta=1.0)
+                  mm.b_batch_stride, alpha=-c, beta=1.0).placed_like(mm)
 
 
 class _GemmUpdateFolder(StmtMutator):

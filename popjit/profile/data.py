@@ -26,7 +26,8 @@ VERSION = 1
 
 #: Fields of a schedule step's summary that go into the profile's compute sets (per-tile cycles stay out: size).
 _STEP_FIELDS = ("index", "name", "kind", "program", "cycles", "executions", "compute_cycles", "exchange_cycles",
-                "tiles", "vertices", "exchange_bytes_in_max", "exchange_bytes_total", "flops", "note")
+                "tiles", "vertices", "exchange_bytes_in_max", "exchange_bytes_total", "flops", "note", "ipu",
+                "backward")
 
 
 def _plain(value: Any) -> Any:
@@ -58,6 +59,7 @@ def _memory(schedule: Schedule, summary: dict[str, Any]) -> dict[str, Any]:
         "oom": summary["oom"],
         "oom_tiles": summary["oom_tiles"],
         "oom_text": schedule.oom_text,
+        "peak_by_ipu": summary["peak_by_ipu"],
     }
 
 
@@ -113,6 +115,7 @@ def build_profile(schedule: Schedule, graph: bool = True, execution: bool = True
             "liveness": _liveness(schedule, summary),
             "program_tree": schedule.tree.to_dict(),
             "compute_sets": _compute_sets(schedule, summary),
+            "pipelines": _plain(summary["pipelines"]),
         }
     if execution:
         profile["execution"] = _execution(schedule, summary, limit)

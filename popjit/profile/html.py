@@ -2,7 +2,8 @@
 
 The page inlines plotly's JavaScript (no CDN: it opens offline). Per program: a heat map of tile
 memory (out-of-memory tiles marked), memory per tile by category, liveness over the program steps,
-the program tree (an icicle chart) and the execution trace (a timeline of compute, exchange and sync).
+the program tree (an icicle chart), each pipeline's timeline (its stages' passes per IPU) and the
+execution trace (a timeline of compute, exchange and sync).
 """
 
 from __future__ import annotations
@@ -121,11 +122,33 @@ def execution_timeline(p: dict[str, Any]) -> go.Figure:
     return fig
 
 
+#: Colours of a pipeline's forward and backward passes in its timeline.
+PASS_COLOURS = {"forward": "#1f77b4", "backward": "#ff7f0e"}
+
+
+def pipeline_timeline(p: dict[str, Any], pipe: dict[str, Any]) -> go.Figure:
+    """A pipeline's run: one lane per IPU, a bar per stage and micro-batch, forward and backward passes."""
+    fig = go.Figure()
+    for kind, colour in PASS_COLOURS.items():
+        bars = [b for b in pipe["timeline"] if b["pass"] == kind]
+        if bars:
+            fig.add_trace(go.Bar(base=[b["start"] for b in bars], x=[b["cycles"] for b in bars],
+                                 y=[f"IPU {b['ipu']}" for b in bars], orientation="h", name=kind,
+                                 marker_color=colour, text=[f"stage {b['stage']}, micro-batch {b['micro_batch']}: "
+                                                            f"{b['cycles']:,} cycles" for b in bars],
+                                 hoverinfo="text", textposition="none"))
+    fig.update_layout(title=f"Pipeline timeline: {p['program']} ({pipe['schedule']}, {pipe['steps']} steps of "
+                            f"{pipe['step_cycles']:,} cycles, {100 * pipe['utilisation']:.1f}% busy)",
+                      xaxis_title="cycle", barmode="overlay", yaxis={"autorange": "reversed"})
+    return fig
+
+
 def figures(p: dict[str, Any]) -> list[go.Figure]:
     """Every chart the profile ``p`` has data for."""
     out = []
     if "graph" in p:
         out += [memory_heatmap(p), memory_by_category(p), liveness_chart(p), program_tree(p)]
+        out += [pipeline_timeline(p, pipe) for pipe in p["graph"].get("pipelines", ())]
     if "execution" in p:
         out.append(execution_timeline(p))
     return out

@@ -25,7 +25,8 @@ def programs_table(profiles: list[dict[str, Any]]) -> Table:
         g = p.get("graph")
         mem = g["memory"] if g else None
         css = sum(cs["program"] == "Execute" for cs in g["compute_sets"]) if g else None
-        t.add_row(p["program"], f"{tgt['version']} {tgt['tiles']} tiles{model}",
+        ipus = f" on {tgt['num_ipus']} IPUs" if tgt.get("num_ipus", 1) > 1 else ""
+        t.add_row(p["program"], f"{tgt['version']} {tgt['tiles']} tiles{ipus}{model}",
                   "-" if css is None else str(css), f"{p['total_cycles']:,}", _us(p["seconds"]),
                   "-" if mem is None else f"{mem['peak_tile_bytes']:,} B (tile {mem['peak_tile']})",
                   "-" if mem is None else str(len(mem["oom_tiles"])))
@@ -66,12 +67,31 @@ def compute_sets_table(p: dict[str, Any], top: int = TOP) -> Table:
     css = p["graph"]["compute_sets"]
     order = sorted(css, key=lambda c: -c["total_cycles"])[:top]
     total = max(p["total_cycles"], 1)
+    many = p["target"].get("num_ipus", 1) > 1
     t = Table(title=f"Top {len(order)} compute sets by cycles: {p['program']}")
-    for col in ("step", "name", "kind", "vertices", "tiles", "cycles", "runs", "total cycles", "%"):
-        t.add_column(col, justify="left" if col in ("name", "kind") else "right")
+    for col in ("step", *(("IPU", "pass") if many else ()), "name", "kind", "vertices", "tiles", "cycles", "runs",
+                "total cycles", "%"):
+        t.add_column(col, justify="left" if col in ("name", "kind", "pass") else "right")
     for c in order:
-        t.add_row(str(c["index"]), c["name"], c["kind"], f"{c['vertices']:,}", str(c["tiles"]), f"{c['cycles']:,}",
-                  f"{c['executions']:,}", f"{c['total_cycles']:,}", f"{100 * c['total_cycles'] / total:.1f}")
+        where = (str(c.get("ipu", 0)), "backward" if c.get("backward") else "forward") if many else ()
+        t.add_row(str(c["index"]), *where, c["name"], c["kind"], f"{c['vertices']:,}", str(c["tiles"]),
+                  f"{c['cycles']:,}", f"{c['executions']:,}", f"{c['total_cycles']:,}",
+                  f"{100 * c['total_cycles'] / total:.1f}")
+    return t
+
+
+def pipeline_table(p: dict[str, Any], pipe: dict[str, Any]) -> Table:
+    """One pipeline: each IPU's stages and its forward and backward cycles per micro-batch, then the totals."""
+    t = Table(title=f"Pipeline ({pipe['schedule']}, {pipe['micro_batches']} micro-batches): {p['program']}")
+    for col in ("IPU", "stages", "forward cycles", "backward cycles", "copies in (cycles)"):
+        t.add_column(col, justify="left" if col == "stages" else "right")
+    for k, ipu in enumerate(pipe["ipus"]):
+        stages = [str(i) for i, d in enumerate(pipe["device_mapping"]) if d == ipu]
+        t.add_row(str(ipu), ", ".join(stages) or "-", f"{pipe['forward_cycles'][k]:,}",
+                  f"{pipe['backward_cycles'][k]:,}", f"{pipe['link_cycles'][k]:,}")
+    t.caption = (f"{pipe['steps']} pipeline steps of {pipe['step_cycles']:,} cycles = {pipe['cycles']:,} cycles; "
+                 f"{100 * pipe['utilisation']:.1f}% of the IPUs' cycles busy (balanced stages: "
+                 f"{100 * pipe['ideal_utilisation']:.1f}%)")
     return t
 
 
@@ -98,6 +118,8 @@ def print_summary(profiles: list[dict[str, Any]], console: Console | None = None
             console.print(memory_table(p))
             console.print(tiles_table(p))
             console.print(compute_sets_table(p))
+            for pipe in p["graph"].get("pipelines", ()):
+                console.print(pipeline_table(p, pipe))
             mem = p["graph"]["memory"]
             if mem["oom_tiles"]:
                 tiles = ", ".join(map(str, mem["oom_tiles"][:32])) + (" ..." if len(mem["oom_tiles"]) > 32 else "")

@@ -230,6 +230,13 @@ def is_configured() -> bool:
     return bool(_system.devices)
 
 
+def configured_option(name: str, default: Any) -> Any:
+    """An option of the configured system's ``IPUConfig`` (``default`` before it is configured, or when it was
+    configured without one)."""
+    options = _system.options if is_configured() else None
+    return default if options is None else getattr(options, name)
+
+
 def device_targets(counts: list[int], version: str = "ipu2", tiles_per_ipu: int = 0,
                    ipu_model: bool = False) -> list[Target]:
     """The target of each device ``configure`` would attach (one per entry of ``counts``, IPUs per

@@ -9,6 +9,7 @@ program (exchange plus on-tile copies). Per-tile figures are arrays over tiles.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -65,6 +66,9 @@ from popjit.schedule.matmul_plan import (
 )
 from popjit.schedule.target import Target
 
+#: The kind of a step that copies a tensor from one IPU of a multi-IPU program to another.
+INTER_IPU_COPY = "inter-ipu copy"
+
 
 @dataclass(frozen=True)
 class Vertex:
@@ -101,8 +105,10 @@ class ComputeSet:
     program: str = "Execute"
     note: str = ""
     executions: int = 1  # times it runs per program run (loop counts multiplied), set by the tree
-    link_cycles: int = 0  # a collective's traffic over IPU-Links to the other replicas
+    link_cycles: int = 0  # traffic over IPU-Links: a collective's to the other replicas, an inter-IPU copy's
     index: int = -1  # position in the schedule's step list
+    ipu: int = 0  # the IPU of a multi-IPU program it runs on (an inter-IPU copy: the receiving one)
+    backward: bool = False  # part of a gradient computation
 
     @property
     def tiles(self) -> int:
@@ -136,6 +142,8 @@ class ComputeSet:
         """The superstep in order as ``(kind, cycles)``, kind ``sync``, ``exchange`` or ``compute``: a sync and
         the exchange-in (if any), the sync before compute, the slowest tile's compute, then the exchange-out
         and its sync (if any). The execution trace of a profile shows these."""
+        if self.kind == INTER_IPU_COPY:  # every IPU syncs, then the data crosses the IPU-Links
+            return [("sync", self.target.host_sync_cycles), ("link", self.link_cycles)]
         sync = self.target.sync_cycles
         ex_in, ex_out = self.exchange_in_cycles, self.exchange_out_cycles
         out = [("sync", sync), ("exchange", ex_in)] if ex_in else []
@@ -277,7 +285,29 @@ class Builder:
         else:
             self.mapping(buf)
 
+    # -- control flow (one IPU: nothing to track; see ShardedBuilder) --------------------------------
+    def enter_loop(self, body: list) -> None:
+        """A loop's body is about to be built."""
+
+    def branch(self) -> contextlib.AbstractContextManager[None]:
+        """Building one branch of an ``If``."""
+        return contextlib.nullcontext()
+
     # -- statements -----------------------------------------------------------------------------
+    def steps_of(self, stmt: Kernel | MatMul | Copy | Collective) -> list[ComputeSet]:
+        """The steps of one computing statement, marked as a gradient computation if it is one."""
+        if isinstance(stmt, Kernel):
+            steps = self.kernel(stmt)
+        elif isinstance(stmt, MatMul):
+            steps = self.matmul(stmt)
+        elif isinstance(stmt, Copy):
+            steps = [self.copy(stmt)]
+        else:
+            steps = [self.collective(stmt)]
+        for cs in steps:
+            cs.backward = stmt.backward
+        return steps
+
     def kernel(self, k: Kernel) -> list[ComputeSet]:
         """One compute set for an element-wise kernel or scan; one or two for a reduction. A
         kernel with no points (an empty tensor) costs nothing."""

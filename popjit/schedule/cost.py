@@ -259,6 +259,14 @@ def int_matmul_cycles(rows: Array, cols: Array, depth: Array, groups: Array) -> 
     return np.where(macs > 0, 2 * macs + 100, 0)
 
 
+def link_copy_cycles(nbytes: int, link_bytes_per_cycle: float, latency_cycles: int) -> int:
+    """IPU-Link cycles of an inter-IPU copy of ``nbytes`` [U]: one link's bandwidth in one direction plus one
+    message's latency (nothing for no data)."""
+    if nbytes <= 0:
+        return 0
+    return int(np.ceil(nbytes / link_bytes_per_cycle)) + latency_cycles
+
+
 def collective_link_cycles(op: str, src_bytes: int, group: int, link_bytes_per_cycle: float,
                            latency_cycles: int) -> int:
     """IPU-Link cycles of a collective over ``group`` IPUs in a ring [U, the textbook ring algorithms]:

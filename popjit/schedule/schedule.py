@@ -15,12 +15,15 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from popjit.errors import ResourceExhaustedError
 from popjit.ir.loop import Buffer, Collective, Copy, If, Kernel, LoopFunctor, MatMul, Program, Repeat, Stmt, While
 from popjit.schedule import program as prog
 from popjit.schedule.computesets import Builder, ComputeSet
 from popjit.schedule.mapping import TileMapping
 from popjit.schedule.memory import CATEGORIES, Loop, MemoryReport, OutOfMemoryWarning, memory_report, oom_message
+from popjit.schedule.shards import ShardedBuilder, pipeline_stashes
 from popjit.schedule.target import Target
 
 log = logging.getLogger("popjit")
@@ -65,6 +68,27 @@ class Schedule:
     def oom_tiles(self) -> list[int]:
         return [int(t) for t in self.memory.oom_tiles]
 
+    @property
+    def pipelines(self) -> list[prog.Pipeline]:
+        """The pipelines of the program (``ipu.pipelining_ops``), in program order."""
+        return [n for n in self.tree.walk() if isinstance(n, prog.Pipeline)]
+
+    def ipu_of_tile(self, tile: int) -> tuple[int, int]:
+        """(IPU, its own tile number) of a tile of the schedule's tile space."""
+        per = self.target.tiles // self.target.num_ipus
+        return tile // per, tile % per
+
+    def peak_by_ipu(self) -> list[dict[str, int]]:
+        """Each IPU's fullest tile (its own number) and its bytes."""
+        per = self.target.tiles // self.target.num_ipus
+        out = []
+        for ipu in range(self.target.num_ipus):
+            part = self.memory.total[ipu * per:(ipu + 1) * per]
+            tile = int(np.argmax(part)) if part.size else 0
+            out.append({"ipu": ipu, "peak_tile": tile, "peak_bytes": int(part.max(initial=0)),
+                        "total_bytes": int(part.sum())})
+        return out
+
     def mapping_of(self, buf: Buffer) -> TileMapping:
         return self.mappings[buf.uid]
 
@@ -82,14 +106,17 @@ class Schedule:
     def as_text(self) -> str:
         """The superstep table, the program tree and the totals."""
         t = self.target
-        lines = [f"tile schedule of {self.name} on {t.describe()}"]
-        lines.append(f"{'step':>4}  {'compute set':<34} {'kind':<13} {'tiles':>5} {'vertices':>8} "
-                     f"{'max exch in B':>13} {'cycles':>11} {'runs':>7} {'peak tile B':>11}")
+        many = t.num_ipus > 1
+        where = f" ({t.num_ipus} IPUs of {t.tiles // t.num_ipus} tiles)" if many else ""
+        lines = [f"tile schedule of {self.name} on {t.describe()}{where}"]
+        lines.append(f"{'step':>4}  {'ipu ' if many else ''}{'compute set':<34} {'kind':<14} {'tiles':>5} "
+                     f"{'vertices':>8} {'max exch in B':>13} {'cycles':>11} {'runs':>7} {'peak tile B':>11}")
         for s in self.steps:
+            ipu = f"{s.ipu:>3} " if many else ""
             lines.append(
-                f"{s.index:>4}  {_clip(s.name, 34):<34} {s.kind:<13} {s.tiles_used:>5} {int(s.vertices.sum()):>8} "
-                f"{int(s.exchange_in.bytes_in.max(initial=0)):>13,} {s.cycles:>11,} {s.executions:>7,} "
-                f"{int(self.memory.step_max_bytes[s.index]):>11,}")
+                f"{s.index:>4}  {ipu}{_clip(s.name, 34):<34} {s.kind:<14} {s.tiles_used:>5} "
+                f"{int(s.vertices.sum()):>8} {int(s.exchange_in.bytes_in.max(initial=0)):>13,} {s.cycles:>11,} "
+                f"{s.executions:>7,} {int(self.memory.step_max_bytes[s.index]):>11,}")
         lines.append("program:")
         lines.extend("  " + ln for ln in self.tree.lines())
         lines.extend(self.totals_lines())
@@ -102,7 +129,7 @@ class Schedule:
         oom = self.oom_tiles
         oom_text = "none" if not oom else f"{len(oom)} ({_tile_list(oom)})"
         cats = mem.by_category()
-        return [
+        lines = [
             f"total: {self.total_cycles:,} cycles = {self.seconds * 1e6:,.2f} us "
             f"at {self.target.clock_hz / 1e9:.2f} GHz",
             f"peak tile memory: {self.peak_tile_memory:,} B on tile {peak_tile} "
@@ -111,6 +138,14 @@ class Schedule:
             "memory by category (max tile / all tiles, B): "
             + ", ".join(f"{c} {int(v.max(initial=0)):,}/{int(v.sum()):,}" for c, v in cats.items() if v.any()),
         ]
+        if self.target.num_ipus > 1:
+            lines.append("peak tile memory per IPU: " + ", ".join(
+                f"IPU {p['ipu']} {p['peak_bytes']:,} B on its tile {p['peak_tile']}" for p in self.peak_by_ipu()))
+        for p in self.pipelines:
+            lines.append(f"pipeline ({p.schedule}, {len(p.mapping)} stages on IPUs {list(p.mapping)}, {p.count} "
+                         f"micro-batches): {p.steps} steps of {p.step_cycles:,} cycles, {100 * p.utilisation:.1f}% "
+                         f"of the IPUs' cycles busy (balanced stages: {100 * p.ideal_utilisation:.1f}%)")
+        return lines
 
     def __str__(self) -> str:
         return self.as_text()
@@ -137,6 +172,8 @@ class Schedule:
             "liveness": {"step_live_bytes": mem.step_live_bytes, "step_max_tile_bytes": mem.step_max_bytes},
             "steps": [_step_summary(s) for s in self.steps],
             "program": self.tree.to_dict(),
+            "peak_by_ipu": self.peak_by_ipu(),
+            "pipelines": [p.summary() for p in self.pipelines],
         }
 
 
@@ -149,7 +186,7 @@ def _step_summary(s: ComputeSet) -> dict[str, Any]:
         "exchange_bytes_in_max": int(s.exchange_in.bytes_in.max(initial=0)),
         "exchange_bytes_total": int(s.exchange_in.bytes_in.sum()
                                     + (s.exchange_out.bytes_in.sum() if s.exchange_out else 0)),
-        "cycles_by_tile": s.compute_cycles, "flops": s.flops, "note": s.note,
+        "cycles_by_tile": s.compute_cycles, "flops": s.flops, "note": s.note, "ipu": s.ipu, "backward": s.backward,
     }
 
 
@@ -169,12 +206,13 @@ def _tile_list(tiles: list[int], limit: int = 8) -> str:
 class _Walker(LoopFunctor):
     """Walks the loop IR once, building steps, loops and the program tree."""
 
-    def __init__(self, builder: Builder) -> None:
+    def __init__(self, builder: Builder | ShardedBuilder) -> None:
         self.builder = builder
         self.steps: list[ComputeSet] = []
         self.loops: list[Loop] = []
         self.extra_reads: dict[int, set[int]] = {}
         self.nodes: list[prog.Node] = []
+        self.pipelines: list[tuple[Loop, prog.Pipeline]] = []
 
     def block(self, stmts: list[Stmt]) -> prog.Sequence:
         seq = prog.Sequence([])
@@ -198,26 +236,24 @@ class _Walker(LoopFunctor):
     def _sync(self) -> prog.Sync:
         return prog.Sync("INTERNAL", self.builder.target.sync_cycles)
 
-    def visit_kernel(self, s: Kernel) -> list[prog.Node]:
-        return self._steps(self.builder.kernel(s))
+    def visit_kernel(self, s: Kernel | MatMul | Copy | Collective) -> list[prog.Node]:
+        return self._steps(self.builder.steps_of(s))
 
-    def visit_matmul(self, s: MatMul) -> list[prog.Node]:
-        return self._steps(self.builder.matmul(s))
-
-    def visit_copy(self, s: Copy) -> list[prog.Node]:
-        return self._steps([self.builder.copy(s)])
-
-    def visit_collective(self, s: Collective) -> list[prog.Node]:
-        return self._steps([self.builder.collective(s)])
+    visit_matmul = visit_copy = visit_collective = visit_kernel
 
     def visit_repeat(self, s: Repeat) -> list[prog.Node]:
         first = len(self.steps)
-        node = prog.Repeat(s.count, self.block(s.body))
+        self.builder.enter_loop(s.body)
+        body = self.block(s.body)
+        node = prog.Repeat(s.count, body) if s.pipeline is None else prog.Pipeline(s.count, body, *s.pipeline)
         self._loop(first)
+        if isinstance(node, prog.Pipeline) and len(self.steps) > first:
+            self.pipelines.append((Loop(first, len(self.steps) - 1), node))
         return [node]
 
     def visit_while(self, s: While) -> list[prog.Node]:
         first = len(self.steps)
+        self.builder.enter_loop(s.cond + s.body)
         cond = self.block(s.cond)
         self._pred_read(s.pred)
         node = prog.RepeatWhile(cond, s.pred.name, self.block(s.body), self._sync(), max_iterations=s.max_iterations)
@@ -226,14 +262,18 @@ class _Walker(LoopFunctor):
 
     def visit_if(self, s: If) -> list[prog.Node]:
         self._pred_read(s.pred)
-        return [prog.If(s.pred.name, self.block(s.then), self.block(s.orelse), self._sync())]
+        with self.builder.branch():
+            then = self.block(s.then)
+        with self.builder.branch():
+            orelse = self.block(s.orelse)
+        return [prog.If(s.pred.name, then, orelse, self._sync(), s.every)]
 
     def _loop(self, first: int) -> None:
         if len(self.steps) > first:
             self.loops.append(Loop(first, len(self.steps) - 1))
 
 
-def _allocate_inputs(program: Program, builder: Builder) -> None:
+def _allocate_inputs(program: Program, builder: Builder | ShardedBuilder) -> None:
     """Map arguments, variables and constants before anything else, in order of first use: the
     operands of a matmul that reads them first in the planner's layout, the rest linearly."""
     for s in program.walk():
@@ -269,7 +309,7 @@ def schedule_program(program: Program, target: Target, enforce_memory: bool = Tr
     (``OutOfMemoryWarning``) and the schedule is marked ``oom``; with ``enforce_memory=False``
     (host execution) it is only marked.
     """
-    builder = Builder(target)
+    builder = Builder(target) if target.num_ipus == 1 else ShardedBuilder(target, program)
     _allocate_inputs(program, builder)
     walker = _Walker(builder)
     tree = walker.block(program.body)
@@ -277,10 +317,16 @@ def schedule_program(program: Program, target: Target, enforce_memory: bool = Tr
         builder.mapping(buf)
     _set_executions(tree, 1)
     control = sum(n.control_code_bytes for n in tree.walk())
-    memory = memory_report(walker.steps, walker.loops, control, builder.buffers, builder.mappings, target.tiles,
+    buffers, mappings, origin = builder.buffers, builder.mappings, builder.origin
+    for loop, pipe in walker.pipelines:
+        for stash, mapping in pipeline_stashes(walker.steps[loop.first:loop.last + 1], pipe, buffers, mappings):
+            buffers[stash.uid], mappings[stash.uid], origin[stash.uid] = stash, mapping, "pipeline stash"
+            for at in (loop.first, loop.last):  # live while the pipeline runs
+                walker.extra_reads.setdefault(at, set()).add(stash.uid)
+    memory = memory_report(walker.steps, walker.loops, control, buffers, mappings, target.tiles,
                            target.bytes_per_tile, walker.extra_reads)
-    sched = Schedule(target, program.name, tree, walker.steps, memory, builder.mappings, builder.buffers,
-                     builder.origin, enforce_memory=enforce_memory)
+    sched = Schedule(target, program.name, tree, walker.steps, memory, mappings, buffers, origin,
+                     enforce_memory=enforce_memory)
     if memory.oom_tiles.size:
         _out_of_memory(sched)
     return sched

@@ -13,6 +13,7 @@ import pytest
 
 import popjit.tensorflow as tf
 from popjit import ipu
+from popjit.ipu.ops import pipelining_ops
 from popjit.runtime import device as devices
 from tests.helpers import device_of
 
@@ -143,3 +144,39 @@ def test_sdk1_pipeline_sequential_trains_as_an_accumulating_sequential(fresh_ipu
             weights.append(model.get_weights())
     for got, want in zip(*weights, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def _matmul_ipus(schedule: Any) -> list[int]:
+    return [s.ipu for s in schedule.steps if s.kind == "matmul" and not s.backward]
+
+
+def test_the_estimate_places_each_stage_on_its_ipu_and_overlaps_the_steps(fresh_ipu_system):
+    with device_of(2).scope():
+        model = _functional(stages=True)
+        model.compile(keras.optimizers.SGD(0.01), loss="mse", steps_per_execution=8)
+        model.set_pipelining_options(gradient_accumulation_steps_per_replica=4, device_mapping=[1, 0],
+                                     pipeline_schedule=pipelining_ops.PipelineSchedule.Interleaved)
+        model.fit(X[:32], Y[:32], batch_size=4, epochs=1, verbose=0)
+    schedule = devices.get_device(0).last_program("train_function").schedule
+    (pipe,) = schedule.pipelines
+    got = (pipe.schedule, pipe.mapping, pipe.count, pipe.group, pipe.runs_per_loop)
+    assert got == ("Interleaved", (1, 0), 8, 4, 2)
+    assert _matmul_ipus(schedule) == [1, 0]  # stage 0's Dense on IPU 1, stage 1's on IPU 0
+    loss = [s for s in schedule.steps if "squared_difference" in s.name]
+    assert loss and {s.ipu for s in loss} == {0}  # the loss on the last stage's IPU
+    assert pipe.work.update > 0  # the weight update, once per 4 steps
+    assert pipe.cycles == pipe.steps * pipe.step_cycles + 2 * pipe.work.update
+    assert pipe.steps == 2 * (4 + 2)
+
+
+def test_a_sequential_models_layers_go_on_their_stages_ipus(fresh_ipu_system):
+    with device_of(2).scope():
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4), keras.layers.Dense(4),
+                                  keras.layers.Dense(1)])
+        model.set_pipeline_stage_assignment([0, 1, 1])
+        model.compile(keras.optimizers.SGD(0.01), loss="mse", steps_per_execution=4)
+        model.set_pipelining_options(gradient_accumulation_steps_per_replica=4)
+        model.fit(X[:16], Y[:16], batch_size=4, epochs=1, verbose=0)
+    schedule = devices.get_device(0).last_program("train_function").schedule
+    assert _matmul_ipus(schedule) == [0, 1, 1]
+    assert any(s.kind == "inter-ipu copy" for s in schedule.steps)

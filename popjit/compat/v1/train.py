@@ -10,6 +10,7 @@ The checkpoint names of TensorFlow 2's ``tf.train`` are here too.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from popjit.errors import UnimplementedError, missing_attributes
 from popjit.frontend import graph_mode
 from popjit.frontend import math_ops as m
 from popjit.frontend.convert import convert_to_tensor
+from popjit.frontend.tensor import placed_beside
 from popjit.frontend.variables import Variable
 from popjit.train.checkpoint import (
     Checkpoint,
@@ -36,6 +38,11 @@ class Optimizer:
     """The TF1 optimizer base: ``compute_gradients``, ``apply_gradients`` and ``minimize``."""
 
     GATE_NONE, GATE_OP, GATE_GRAPH = 0, 1, 2
+    _places_updates = False  # each variable's update on its gradient's IPU (ipu.optimizers.ShardedOptimizer)
+
+    def _apply_placed(self, grad: Any, var: Variable) -> Any:
+        with placed_beside(grad) if self._places_updates else contextlib.nullcontext():
+            return self._apply_dense(convert_to_tensor(grad, dtype=var.dtype), var)
 
     def __init__(self, use_locking: bool, name: str) -> None:
         self._name = name
@@ -65,7 +72,7 @@ class Optimizer:
             raise ValueError("No gradients provided for any variable, check your graph for ops that do not support "
                              f"gradients, between variables {[v.name for _, v in grads_and_vars]} and loss.")
         self._create_slots([v for _, v in pairs])
-        updates = [self._apply_dense(convert_to_tensor(g, dtype=v.dtype), v) for g, v in pairs]
+        updates = [self._apply_placed(g, v) for g, v in pairs]
         updates.extend(self._finish())
         if global_step is not None:
             updates.append(global_step.assign_add(np.ones((), global_step.dtype.np)))

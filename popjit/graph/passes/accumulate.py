@@ -36,7 +36,8 @@ def _block_update(node: Node) -> Node | None:
         dus = d.producer
         if (dus is not None and dus.op == "dynamic_update_slice" and _is_zeros(dus.inputs[0])
                 and x.aval == out.aval and d.aval == out.aval):
-            new = Node("dynamic_update_slice_add", [x, dus.inputs[1], dus.inputs[2]], {}, [out.aval], loc=node.loc)
+            new = Node("dynamic_update_slice_add", [x, dus.inputs[1], dus.inputs[2]], {}, [out.aval],
+                       **node.placement())
             new.outputs[0] = out
             out.producer, out.index = new, 0
             return new

@@ -27,7 +27,7 @@ def _fold_region(region: Region, consts: dict[int, np.ndarray]) -> None:
             res = res if isinstance(res, tuple) else (res,)
             for v, r in zip(node.outputs, res):
                 value = np.asarray(r, dtype=v.dtype.np).reshape(v.shape)
-                c = Node("constant", [], {"value": value}, [v.aval], loc=node.loc)
+                c = Node("constant", [], {"value": value}, [v.aval], **node.placement())
                 c.outputs[0] = v
                 v.producer, v.index = c, 0
                 consts[v.uid] = value

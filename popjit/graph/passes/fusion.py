@@ -99,7 +99,19 @@ def plan_fusion(graph: Graph) -> FusionPlan:
             elif size > MAX_FUSED_OPS:
                 plan.mark(v.uid, "fusion size limit")
                 fused_size[v.uid] = 0
+    _mark_crossing_shards(graph, producer, plan)
     return plan
+
+
+def _mark_crossing_shards(graph: Graph, producer: dict[int, Node], plan: FusionPlan) -> None:
+    """A value computed on one IPU and used on another is computed where it was placed and sent over (an
+    inter-IPU copy), not recomputed by its user: each one is materialized."""
+    for node in graph.walk():
+        for v in node.inputs:
+            p = producer.get(v.uid)
+            if (p is not None and p.op != "constant" and p.shard is not None and node.shard is not None
+                    and p.shard != node.shard and registry.get(p.op).kind != registry.CONTROL):
+                plan.mark(v.uid, "used on another IPU")
 
 
 def _mark_through_movements(node: Node, producer: dict[int, Node], counts: Counter, plan: FusionPlan) -> None:

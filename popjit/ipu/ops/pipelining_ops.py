@@ -10,8 +10,9 @@ summed once per repeat with ``accumulate_outfeed``.
 
 On the IPU the stages overlap, each on its IPU; the values are those of running the micro-batches one
 after another with gradient accumulation, which is what popjit runs (spec §1.10). The program spans
-``max(device_mapping) + 1`` IPUs: a device of N IPUs runs it as ``N / next_pow2(shards)`` replicas. The
-IPU estimate schedules it on one IPU with the tiles of all its IPUs (docs/limitations.md).
+``max(device_mapping) + 1`` IPUs: a device of N IPUs runs it as ``N / next_pow2(shards)`` replicas. Each
+stage's ops (and their gradients) are placed on its IPU, and the IPU estimate overlaps the micro-batches'
+stages as the chosen ``pipeline_schedule`` does (``popjit.schedule.pipeline``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from popjit.frontend.tracing import current_trace
 from popjit.ipu import loops
 from popjit.ipu.ipu_infeed_queue import IPUInfeedQueue
 from popjit.ipu.ipu_outfeed_queue import IPUOutfeedMode, IPUOutfeedQueue
-from popjit.ipu.optimizers import IpuOptimizer
+from popjit.ipu.optimizers import IpuOptimizer, bottom_optimizer
 from popjit.keras import backend
 from popjit.keras.gradient_accumulation import (
     GradientAccumulationReductionMethod,
@@ -39,6 +40,7 @@ from popjit.keras.gradient_accumulation import (
     refuse_memory_options,
 )
 from popjit.keras.optimizer_v2 import OptimizerV2
+from popjit.runtime import device as devices
 
 __all__ = ["OptimizerFunctionOutput", "PipelineSchedule", "PipelineStageOptions", "RecomputationMode", "pipeline",
            "recomputation_checkpoint"]
@@ -74,7 +76,7 @@ class OptimizerFunctionOutput:
             raise TypeError("OptimizerFunctionOutput.opt must be a TensorFlow Optimizer or Keras OptimizerV2 object.")
         if not isinstance(loss, tf.Tensor):
             raise TypeError("OptimizerFunctionOutput.loss must be a TensorFlow Tensor object.")
-        if isinstance(_bottom(opt), OptimizerV2) and not variables and tape is None:
+        if isinstance(bottom_optimizer(opt), OptimizerV2) and not variables and tape is None:
             raise RuntimeError("No variables to optimize. When using OptimzerV2, OptimizerFunctionOutput must contain "
                                "a list of variables or a GradientTape.")
         for name, value in (("gradient_capture_context", gradient_capture_context),
@@ -107,12 +109,6 @@ def recomputation_checkpoint(tensors: Any, name: str | None = None) -> Any:
     """Mark ``tensors`` as recomputation checkpoints: the values, unchanged (recomputation trades memory for
     time on the IPU; the numbers are the same)."""
     return nest.map_structure(tf.identity, tensors)
-
-
-def _bottom(opt: Any) -> Any:
-    while isinstance(opt, IpuOptimizer):
-        opt = opt._opt
-    return opt
 
 
 def _call(fn: Callable, args: Any) -> Any:
@@ -204,9 +200,11 @@ def pipeline(computational_stages: Sequence[Callable], gradient_accumulation_cou
     if trace is None:
         raise ValueError("pipeline() must be called inside a tf.function run on the IPU (IPUStrategy.run), or inside "
                          "ipu_compiler.compile in TensorFlow 1.")
-    trace.use_shard(max(mapping))
     run = _Pipeline(stages, list(inputs or []), infeed_queue, outfeed_queue, optimizer_function, count, reduction,
                     outfeed_loss, accumulate_outfeed)
+    run.trace, run.mapping, run.schedule = trace, mapping, schedule
+    # why: recomputation_mode takes effect with allow_recompute, as Graphcore's (the estimate models every mode alike)
+    run.recompute = training and bool(devices.configured_option("allow_recompute", False))
     return run.build(int(repeat_count))
 
 
@@ -224,13 +222,18 @@ class _Pipeline:
         self.outputs: list[Any] = []  # the outfeed's accumulators (accumulate_outfeed)
         self.tree: Any = None
         self.optimizer: Any = None
+        self.trace: Any = None
+        self.mapping: list[int] = list(range(len(stages)))
+        self.schedule = PipelineSchedule.Grouped
+        self.recompute = False  # the backward passes recompute their stage's forward pass
 
     # -- one micro-batch -------------------------------------------------------------------------------
     def forward(self, element: Any) -> Any:
         """The stages on one micro-batch: the last stage's outputs."""
         args = _first_inputs(self.inputs, element)
-        for stage in self.stages:
-            args = _call(stage, args)
+        for stage, ipu in zip(self.stages, self.mapping):
+            with self.trace.placed(ipu):
+                args = _call(stage, args)
         return args
 
     def micro_batch(self, *element: Any, **named: Any) -> None:
@@ -241,7 +244,8 @@ class _Pipeline:
             return
         with tf.GradientTape() as tape:
             outputs = self.forward(got)
-            result = _call(self.optimizer_function, outputs)
+            with self.trace.placed(self.mapping[-1]):  # the loss is part of the last stage
+                result = _call(self.optimizer_function, outputs)
         if not isinstance(result, OptimizerFunctionOutput):
             raise TypeError("The optimizer_function must return an OptimizerFunctionOutput.")
         self.accumulate_gradients(result, tape)
@@ -249,7 +253,7 @@ class _Pipeline:
 
     def accumulate_gradients(self, result: OptimizerFunctionOutput, tape: Any) -> None:
         """Add this micro-batch's gradients to the accumulators (made on the first micro-batch)."""
-        bottom = _bottom(result.opt)
+        bottom = bottom_optimizer(result.opt)
         if isinstance(bottom, OptimizerV2):
             variables = result.variables or list((result.tape or tape).watched_variables())
             pairs = list(zip((result.tape or tape).gradient(result.loss, variables), variables))
@@ -285,7 +289,10 @@ class _Pipeline:
     # -- one repeat ------------------------------------------------------------------------------------
     def one_repeat(self) -> None:
         """``count`` micro-batches, then the weight update and the accumulated outfeed."""
-        loops.repeat(self.count, self.micro_batch, infeed_queue=self.infeed)
+        # why: the schedule overlaps the micro-batches' stages as this schedule does on the IPUs
+        with self.trace.marking("while", pipeline=(self.schedule.name, tuple(self.mapping), self.recompute,
+                                                   self.count)):
+            loops.repeat(self.count, self.micro_batch, infeed_queue=self.infeed)
         if self.accumulator is not None:
             self.apply()
         if self.outputs:
