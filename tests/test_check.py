@@ -69,7 +69,7 @@ MAIN = """
     with partials_type(np.float16):
         pass
     ipu.within_replica_ops.pipeline(None)
-    ipu.optimizers.ShardedOptimizer
+    ipu.optimizers.CrossReplicaGradientAccumulationOptimizer
 """
 HELPERS = """
     import tensorflow as tf
@@ -85,7 +85,7 @@ EXPECTED = {
     "ipu": (S, "main.py:4", 1),
     "ipu.config.IPUConfig": (S, "main.py:12", 1),
     "ipu.keras.optimizers.CrossReplicaOptimizer": (M, "main.py:19", 1),
-    "ipu.optimizers.ShardedOptimizer": (M, "main.py:23", 1),
+    "ipu.optimizers.CrossReplicaGradientAccumulationOptimizer": (M, "main.py:23", 1),
     "ipu.within_replica_ops.pipeline": (M, "main.py:22", 1),
     "ipu.scopes.ipu_jit_scope": (NA, "main.py:14", 1),
     "ipu.scopes.ipu_scope": (S, "main.py:5", 2),
@@ -146,7 +146,8 @@ def test__check__gives_the_reasons_popjit_raises(project):
     assert verdicts["ipu.within_replica_ops.pipeline"].reason == several
     assert verdicts["ipu.keras.optimizers.CrossReplicaOptimizer"].reason == \
         multi_ipu_message("ipu.keras.optimizers.CrossReplicaOptimizer")
-    assert verdicts["ipu.optimizers.ShardedOptimizer"].reason == multi_ipu_message("ipu.optimizers.ShardedOptimizer")
+    accumulating = "ipu.optimizers.CrossReplicaGradientAccumulationOptimizer"
+    assert verdicts[accumulating].reason == multi_ipu_message(accumulating)
     assert verdicts["ipu.scopes.partials_type"].reason.startswith(
         "ipu.scopes.partials_type is not implemented by popjit yet: popjit does not model a per-operation type")
     assert verdicts["tf.strings.split"].reason.startswith("tf.strings is not implemented by popjit. See docs/")

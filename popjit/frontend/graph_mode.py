@@ -330,7 +330,8 @@ def plan_run(trace: GraphTrace, values: Sequence[Value], nodes: Sequence[Node], 
     param_bindings = [*(Binding("arg", k) for k in range(len(fed))), *(bindings[p.uid] for p in var_params)]
     result_bindings = [*(Binding("out", k) for k in range(len(values))), *(Binding("var", vid) for vid in writes)]
     variables = {b.key: trace.variables[b.key] for b in [*param_bindings, *result_bindings] if b.kind == "var"}
-    graph = Graph(trace.name, region, param_bindings, result_bindings, variables, trace.shards)
+    # why: one session run is a program of its own: it spans the IPUs of the nodes it runs (a host one none)
+    graph = Graph(trace.name, region, param_bindings, result_bindings, variables, region.shards())
     return RunPlan(graph, fed, _ipu_device(trace, kept), host_inputs=host)
 
 

@@ -231,11 +231,9 @@ class IPUEstimator:
         with graph.as_default():
             infeed = self._infeed(input_fn, ModeKeys.TRAIN)
             writes_before = len(graph._trace.writes)
-            (total,) = self._compiled(lambda: [self._replica_mean(
-                loops.repeat(self._iterations, self._training_step, [0.0], infeed), check=True)])
+            loop_loss = self._training_run(infeed)
             if any(ref.id == global_step._id for ref, _ in graph._trace.writes[writes_before:]):
                 raise ValueError(_ILLEGAL_INCREMENT)
-            mean_loss = total / float(self._iterations)
             with device("cpu"):
                 increment = global_step.assign_add(np.int64(self._iterations))
             start_infeed = infeed.initializer
@@ -247,8 +245,15 @@ class IPUEstimator:
             if step >= final:
                 _log.info("Skipping training since max_steps has already saved.")
                 return self
-            self._training_loop(sess, saver, mean_loss, increment, step, final)
+            self._training_loop(sess, saver, loop_loss, increment, step, final)
         return self
+
+    def _training_run(self, infeed: IPUInfeedQueue) -> Callable[[Session], float]:
+        """Build the compiled training loop; a function running it once in a session, giving its mean loss."""
+        (total,) = self._compiled(lambda: [self._replica_mean(
+            loops.repeat(self._iterations, self._training_step, [0.0], infeed), check=True)])
+        mean_loss = total / float(self._iterations)
+        return lambda sess: float(sess.run(mean_loss))
 
     def _training_step(self, total_loss: Any, *args: Any, **kwargs: Any) -> Any:
         features, labels = _features_and_labels(args, kwargs)
@@ -259,16 +264,16 @@ class IPUEstimator:
             raise ValueError("EstimatorSpec must contain train_op when training")
         return total_loss + api.cast(convert_to_tensor(spec.loss), "float32")  # the train op's updates are carried
 
-    def _training_loop(self, sess: Session, saver: Any, mean_loss: Any, increment: Any, step: int,
-                       final: int) -> None:
+    def _training_loop(self, sess: Session, saver: Any, loop_loss: Callable[[Session], float], increment: Any,
+                       step: int, final: int) -> None:
         prefix = os.path.join(self._model_dir, "model.ckpt")
         writer = summary.FileWriter(self._model_dir)
         self._save(sess, saver, prefix, step)
-        saved_step, saved_time, logged_step, loss = step, time.time(), step, None
+        saved_step, saved_time, logged_step, loss, first = step, time.time(), step, None, step
         try:
             while step < final:
                 try:
-                    loss = float(sess.run(mean_loss))
+                    loss = loop_loss(sess)
                 except OutOfRangeError:
                     _log.info("The input ended after %d steps: training stops.", step)
                     break
@@ -276,8 +281,9 @@ class IPUEstimator:
                 if step - logged_step >= self._config.log_step_count_steps or step == self._iterations:
                     _log.info("loss = %s, step = %d", loss, step)
                     logged_step = step
-                if self._config.save_summary_steps and step % self._config.save_summary_steps < self._iterations:
-                    writer.add_summary(summary.scalar_summary("loss", loss), step)
+                every = self._config.save_summary_steps
+                if every and (step - self._iterations == first or step % every < self._iterations):
+                    writer.add_summary(summary.scalar_summary("loss", loss), step)  # the first run, then every N
                 if self._checkpoint_due(step - saved_step, time.time() - saved_time):
                     self._save(sess, saver, prefix, step)
                     saved_step, saved_time = step, time.time()
@@ -374,26 +380,53 @@ class IPUEstimator:
 
     # -- prediction -------------------------------------------------------------------------------------
     def predict(self, input_fn: Callable[..., Any], predict_keys: Any = None, hooks: Any = None,
-                checkpoint_path: str | None = None, yield_single_examples: bool = True) -> Iterator[Any]:
-        """The predictions of every step, one example (or one batch) at a time, until the dataset ends."""
+                checkpoint_path: str | None = None, yield_single_examples: bool = True,
+                num_predictions: int | None = None) -> Iterator[Any]:
+        """The predictions of every step, one example (or one batch) at a time, until the dataset ends or
+        ``num_predictions`` were given."""
         refuse_hooks(hooks)
-        self._configure_system()
-        graph, _ = self._new_graph()
-        with graph.as_default():
-            infeed = self._infeed(input_fn, ModeKeys.PREDICT)
-            outfeed = IPUOutfeedQueue()
-            run = self._compiled(lambda: loops.repeat(self._iterations, self._prediction_step(outfeed), [], infeed))
-            dequeue = outfeed.dequeue()
-            start_infeed = infeed.initializer
-        sess, _ = self._session(graph, checkpoint_path)
+        _, sess, run, dequeue, _ = self._outfed_program(input_fn, ModeKeys.PREDICT, self._prediction_run,
+                                                        checkpoint_path)
+        given = 0
         with sess:
-            sess.run(start_infeed)
-            while True:
+            while num_predictions is None or given < num_predictions:
                 try:
                     sess.run(run)
                 except OutOfRangeError:
                     return
-                yield from _examples(sess.run(dequeue), predict_keys, yield_single_examples, self._replicas)
+                for example in examples(self._predictions(sess.run(dequeue)), predict_keys, yield_single_examples,
+                                        self._replicas):
+                    yield example
+                    given += 1
+                    if given == num_predictions:
+                        return
+
+    def _outfed_program(self, input_fn: Callable[..., Any], mode: str,
+                        build: Callable[[IPUOutfeedQueue, IPUInfeedQueue], Any], checkpoint_path: str | None
+                        ) -> tuple[Any, Session, Any, Any, Any]:
+        """A new graph where ``build(outfeed, infeed)`` makes the compiled program of ``mode``, fed by
+        ``input_fn``, and a session on it with the infeed started: (graph, session, program, the outfeed's
+        dequeue, global step)."""
+        self._configure_system()
+        graph, global_step = self._new_graph()
+        with graph.as_default():
+            infeed = self._infeed(input_fn, mode)
+            outfeed = IPUOutfeedQueue()
+            run = build(outfeed, infeed)
+            dequeue = outfeed.dequeue()
+            start_infeed = infeed.initializer
+        sess, _ = self._session(graph, checkpoint_path)
+        sess.run(start_infeed)
+        return graph, sess, run, dequeue, global_step
+
+    def _prediction_run(self, outfeed: IPUOutfeedQueue, infeed: IPUInfeedQueue) -> Any:
+        """The compiled prediction loop, outfeeding each step's predictions."""
+        return self._compiled(lambda: loops.repeat(self._iterations, self._prediction_step(outfeed), [], infeed))
+
+    @staticmethod
+    def _predictions(outfed: Any) -> Any:
+        """What a run outfed, as the predictions to yield."""
+        return outfed
 
     def _prediction_step(self, outfeed: IPUOutfeedQueue) -> Callable[..., Any]:
         def step(*args: Any, **kwargs: Any) -> Any:
@@ -430,7 +463,7 @@ def _scalar_value(value: Any) -> Any:
     return array[()] if array.ndim == 0 else array
 
 
-def _examples(batch: Any, keys: Any, single: bool, replicas: int = 1) -> Iterator[Any]:
+def examples(batch: Any, keys: Any, single: bool, replicas: int = 1) -> Iterator[Any]:
     """The predictions of one run (stacked over its steps), as single examples or as one batch per step."""
     if isinstance(batch, dict) and keys is not None:
         batch = {k: v for k, v in batch.items() if k in keys}

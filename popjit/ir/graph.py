@@ -129,6 +129,10 @@ class Region:
             for r in n.regions:
                 yield from r.walk()
 
+    def shards(self) -> int:
+        """The IPUs its nodes were placed on span: one more than the highest shard (1 if none is placed)."""
+        return 1 + max((n.shard for n in self.walk() if n.shard is not None), default=0)
+
 
 def _copy_region(region: Region, values: dict[int, Value]) -> Region:
     """``region`` with every node and value new; ``values`` maps old uids to copies (captured values

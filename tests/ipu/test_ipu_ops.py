@@ -209,8 +209,8 @@ def test__graphcores_op_modules__resolve_and_the_missing_ones_are_unimplemented(
                                                  r"set_gradient_accumulation_options"):
         ipu.ops.within_replica_ops  # noqa: B018
     assert ipu.ops.pipelining_ops is ipu.pipelining_ops
-    with pytest.raises(UnimplementedError, match=r"ipu\.optimizers\.ShardedOptimizer is not implemented by "
-                                                 r"popjit yet"):
-        ipu.optimizers.ShardedOptimizer  # noqa: B018
+    with pytest.raises(UnimplementedError, match=r"ipu\.optimizers\.CrossReplicaGradientAccumulationOptimizer is "
+                                                 r"not implemented by popjit yet"):
+        ipu.optimizers.CrossReplicaGradientAccumulationOptimizer  # noqa: B018
     assert ipu.ops.cross_replica_ops is ipu.cross_replica_ops and ipu.ops.replication_ops is ipu.replication_ops
     assert not hasattr(ipu.ops, "within_replica_ops") and not hasattr(ipu.embedding_ops, "HostEmbedding")

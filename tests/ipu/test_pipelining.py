@@ -94,15 +94,20 @@ def test_two_stages_on_four_ipus_run_as_two_replicas(fresh_ipu_system):
     assert target.tiles == 2 * devices.get_device(0).target.tiles
 
 
+def _x_feeds() -> tuple:
+    """An infeed of X in batches of 4, and an outfeed."""
+    dataset = tf.data.Dataset.from_tensor_slices(X).batch(4, drop_remainder=True)
+    return ipu.ipu_infeed_queue.IPUInfeedQueue(dataset), ipu.ipu_outfeed_queue.IPUOutfeedQueue()
+
+
 def test_inference_and_accumulated_outfeed(fresh_ipu_system):
     strategy = device_of(2)
-    infeed = ipu.ipu_infeed_queue.IPUInfeedQueue(tf.data.Dataset.from_tensor_slices(X).batch(4, drop_remainder=True))
-    every = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
+    infeed, every = _x_feeds()
 
     @tf.function(jit_compile=True)
     def run(scale):
-        pipelining_ops.pipeline([lambda x: x * scale, lambda x: {"total": tf.reduce_sum(x, axis=0)}],
-                                gradient_accumulation_count=4, repeat_count=2, inputs=[], infeed_queue=infeed,
+        pipelining_ops.pipeline([lambda s, x: x * s, lambda x: {"total": tf.reduce_sum(x, axis=0)}],
+                                gradient_accumulation_count=4, repeat_count=2, inputs=[scale], infeed_queue=infeed,
                                 outfeed_queue=every, accumulate_outfeed=True, device_mapping=[0, 1])
 
     with strategy.scope():
@@ -172,8 +177,10 @@ def test_graphcores_pipeline_errors(fresh_ipu_system):
     with pytest.raises(NotImplementedError, match="'Interleaved' does not currently support multiple pipeline stages"):
         pipelining_ops.pipeline(stages, 4, device_mapping=[0, 0], optimizer_function=lambda x: None,
                                 pipeline_schedule=pipelining_ops.PipelineSchedule.Interleaved)
-    with pytest.raises(FailedPreconditionError, match="must be at least 4, but it is 3"):
-        pipelining_ops.pipeline(stages, 3)
+    with pytest.raises(FailedPreconditionError, match="must be at least 4, but it is 3"):  # training: 2 x stages
+        pipelining_ops.pipeline(stages, 3, optimizer_function=lambda x: None)
+    with pytest.raises(FailedPreconditionError, match="must be at least 2, but it is 1"):  # inference: the stages
+        pipelining_ops.pipeline(stages, 1)
     with pytest.raises(UnimplementedError, match="offload_weights=True"):
         pipelining_ops.pipeline(stages, 4, offload_weights=True)
     with pytest.raises(TypeError, match=re.escape("OptimizerFunctionOutput.opt must be a TensorFlow Optimizer")):
@@ -211,3 +218,19 @@ def test_sharding_places_ops_on_shards_and_needs_the_ipus(fresh_ipu_system):
         device_of(2).run(sharded, args=args)
     with pytest.raises(ValueError, match="non-negative int"), ipu.scopes.ipu_shard(-1):
         pass
+
+
+def test_a_stage_may_not_capture_a_tensor_from_outside_the_pipeline(fresh_ipu_system):
+    strategy = device_of(2)
+    infeed, outfeed = _x_feeds()
+
+    @tf.function(jit_compile=True)
+    def run(scale):
+        offset = scale * 2.0
+        pipelining_ops.pipeline([lambda x: x * 3.0, lambda x: x + offset], gradient_accumulation_count=4,
+                                infeed_queue=infeed, outfeed_queue=outfeed)
+
+    with strategy.scope(), pytest.raises(ValueError, match=re.escape(
+            'Trying to capture the tensor Tensor("mul:0", shape=(), dtype=float32) which is not a resource. This '
+            "tensor needs to be passed as either part of the `input` or `infeed_queue` of the pipeline.")):
+        strategy.run(run, args=(np.float32(2.0),))

@@ -9,6 +9,7 @@ TensorBoard and ``tf.compat.v1.train.summary_iterator`` read. The graph itself i
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections.abc import Sequence
@@ -93,6 +94,9 @@ def merge_all(key: str = graph_ops.GraphKeys.SUMMARIES, scope: str | None = None
     return merge(ops, name=name) if ops else None
 
 
+_WRITERS = itertools.count()
+
+
 class FileWriter:
     """Writes summaries to an event file in ``logdir`` (created if missing)."""
 
@@ -100,8 +104,11 @@ class FileWriter:
                  graph_def: Any = None, filename_suffix: str | None = None, session: Any = None) -> None:
         self._logdir = os.fspath(logdir)
         os.makedirs(self._logdir, exist_ok=True)
+        # why: as TensorFlow's, each writer has a file of its own (its name ends with the process and a count), so
+        # two writers started in the same second do not write over each other
+        unique = f".{os.getpid()}.{next(_WRITERS)}{filename_suffix or ''}"
         self._writer = _tensorboardx().FileWriter(self._logdir, max_queue=max_queue, flush_secs=flush_secs,
-                                      filename_suffix=filename_suffix or "")
+                                      filename_suffix=unique)
         if graph is not None or graph_def is not None:
             self.add_graph(graph, graph_def=graph_def)
 

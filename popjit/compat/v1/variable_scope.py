@@ -205,12 +205,15 @@ def get_variable(name: str, shape: Any = None, dtype: Any = None, initializer: A
     if scope.reuse is True:
         raise ValueError(f"Variable {full} does not exist, or was not created with tf.get_variable(). Did you mean "
                          "to set reuse=tf.AUTO_REUSE in VarScope?")
+    explicit = dtype
     dtype = dtypes.as_dtype(dtype) if dtype is not None else scope.dtype
     init = initializer if initializer is not None else scope.initializer
     if init is None:
         init = _default_initializer(dtype)
-    if isinstance(init, (Tensor, np.ndarray, list, float, int)):
+    if isinstance(init, (Tensor, np.ndarray, np.generic, list, float, int)):
         initial: Any = init
+        if explicit is None:  # as TensorFlow's: a variable made from a value has the value's dtype
+            dtype = None
     else:
         if shape is None:
             raise ValueError(f"Shape of a new variable ({full}) must be fully defined, but instead was None.")

@@ -131,10 +131,31 @@ def _first_inputs(inputs: Sequence[Any], element: Any) -> Any:
     return [*inputs, *tail]
 
 
-def minimum_iterations(schedule: PipelineSchedule, stages: int) -> int:
-    """The fewest micro-batches a pipeline of ``stages`` stages runs per repeat: ramping up and down
-    takes two rounds of the stages for the overlapping schedules (Graphcore's backend checks the same)."""
-    return 1 if schedule is PipelineSchedule.Sequential else 2 * stages
+def _refuse_captures(trace: Any, nodes: Sequence[Any]) -> None:
+    """Graphcore's P7: a value the ``nodes`` of a stage use that was computed outside the pipeline's loop."""
+    outer = set().union(*(s.defined for s in trace.scopes[:-1])) - trace.current.defined
+    for node in nodes:
+        for inner in [node, *(n for r in node.regions for n in r.walk())]:
+            for v in inner.inputs:
+                if v.uid in outer:
+                    raise ValueError(f"Trying to capture the tensor {_describe(v)} which is not a resource. This "
+                                     "tensor needs to be passed as either part of the `input` or `infeed_queue` of "
+                                     "the pipeline.")
+
+
+def _describe(v: Any) -> str:
+    """A value as TensorFlow prints a graph tensor: its op, output index, shape and dtype."""
+    op = v.producer.op if v.producer is not None else "Placeholder"
+    return f'Tensor("{op}:{v.index}", shape={tuple(v.shape)}, dtype={v.dtype.name})'
+
+
+def minimum_iterations(schedule: PipelineSchedule, stages: int, training: bool = True) -> int:
+    """The fewest micro-batches a pipeline of ``stages`` stages runs per repeat: ramping up and down takes
+    two rounds of the stages for the overlapping schedules when training, one for inference (Graphcore's
+    backend checks the same)."""
+    if schedule is PipelineSchedule.Sequential:
+        return 1
+    return 2 * stages if training else stages
 
 
 def pipeline(computational_stages: Sequence[Callable], gradient_accumulation_count: int | None = None,
@@ -190,7 +211,7 @@ def pipeline(computational_stages: Sequence[Callable], gradient_accumulation_cou
             raise TypeError("Stage options must be PipelineStageOptions objects.")
     reduction = GradientAccumulationReductionMethod.parse(reduction_method)
     count = int(gradient_accumulation_count)
-    least = minimum_iterations(schedule, len(stages))
+    least = minimum_iterations(schedule, len(stages), training)
     if count < least:
         raise FailedPreconditionError(
             f"The number of iterations of the pipeline must be at least {least}, but it is {count}. This number might "
@@ -228,28 +249,35 @@ class _Pipeline:
         self.recompute = False  # the backward passes recompute their stage's forward pass
 
     # -- one micro-batch -------------------------------------------------------------------------------
-    def forward(self, element: Any) -> Any:
-        """The stages on one micro-batch: the last stage's outputs."""
-        args = _first_inputs(self.inputs, element)
+    def forward(self, inputs: list[Any], element: Any) -> Any:
+        """The stages on one micro-batch: the last stage's outputs. A stage may not capture a tensor from
+        outside the pipeline (P7): only variables, or what comes through ``inputs`` and the infeed."""
+        args = _first_inputs(inputs, element)
         for stage, ipu in zip(self.stages, self.mapping):
+            region = self.trace.current.region
+            first = len(region.nodes)
             with self.trace.placed(ipu):
                 args = _call(stage, args)
+            _refuse_captures(self.trace, region.nodes[first:])
         return args
 
-    def micro_batch(self, *element: Any, **named: Any) -> None:
-        """One micro-batch: its infeed element comes as positional arguments, or keyword ones for a dict."""
+    def micro_batch(self, *args: Any, **named: Any) -> list[Any]:
+        """One micro-batch: the pipeline's ``inputs`` (carried through the loop unchanged), then its infeed
+        element as positional arguments, or keyword ones for a dict."""
+        inputs, element = list(args[:len(self.inputs)]), args[len(self.inputs):]
         got = named if named else (element[0] if len(element) == 1 else (element or None))
         if self.optimizer_function is None:
-            self.emit(self.forward(got))
-            return
+            self.emit(self.forward(inputs, got))
+            return inputs
         with tf.GradientTape() as tape:
-            outputs = self.forward(got)
+            outputs = self.forward(inputs, got)
             with self.trace.placed(self.mapping[-1]):  # the loss is part of the last stage
                 result = _call(self.optimizer_function, outputs)
         if not isinstance(result, OptimizerFunctionOutput):
             raise TypeError("The optimizer_function must return an OptimizerFunctionOutput.")
         self.accumulate_gradients(result, tape)
         self.emit(result.loss if self.outfeed_loss else outputs)
+        return inputs
 
     def accumulate_gradients(self, result: OptimizerFunctionOutput, tape: Any) -> None:
         """Add this micro-batch's gradients to the accumulators (made on the first micro-batch)."""
@@ -292,7 +320,7 @@ class _Pipeline:
         # why: the schedule overlaps the micro-batches' stages as this schedule does on the IPUs
         with self.trace.marking("while", pipeline=(self.schedule.name, tuple(self.mapping), self.recompute,
                                                    self.count)):
-            loops.repeat(self.count, self.micro_batch, infeed_queue=self.infeed)
+            loops.repeat(self.count, self.micro_batch, inputs=self.inputs, infeed_queue=self.infeed)
         if self.accumulator is not None:
             self.apply()
         if self.outputs:
