@@ -14,6 +14,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+import numpy as np
+
 from popjit.runtime.device import CPU, canonical
 
 
@@ -45,6 +47,10 @@ class Strategy(Protocol):
 
     def scope(self) -> contextlib.AbstractContextManager[Any]:
         """Enter the strategy's scope (again)."""
+        ...
+
+    def initial_value(self, value: np.ndarray) -> np.ndarray:
+        """The initial value of a variable created in its scope, from the one this process computed."""
         ...
 
 

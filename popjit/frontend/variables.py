@@ -65,6 +65,9 @@ class Variable:
                              "create variables outside the traced function.")
         initial = graph.evaluate(init) if init.is_symbolic else init.numpy()  # type: ignore[union-attr]
         value = np.array(initial, copy=True, order="C")  # engines read and write C-ordered buffers in place
+        strategy = context.current_strategy()
+        if strategy is not None and graph is None:
+            value = np.asarray(strategy.initial_value(value), order="C")  # (ascontiguousarray makes 0-d 1-d)
         self._id = next(_ids)
         self._name = (name or "Variable").split(":")[0]
         self._trainable = bool(trainable)

@@ -40,8 +40,10 @@ from popjit.errors import OutOfRangeError, UnimplementedError, missing_attribute
 from popjit.frontend import api, graph_mode
 from popjit.frontend.convert import convert_to_tensor
 from popjit.frontend.device import device
+from popjit.frontend.graph_mode import Operation
 from popjit.frontend.random_ops import set_seed
 from popjit.frontend.replication import cross_replica_sum
+from popjit.frontend.tensor import Tensor
 from popjit.ipu import ipu_compiler, loops
 from popjit.ipu.config import IPUConfig
 from popjit.ipu.ipu_infeed_queue import IPUInfeedQueue
@@ -49,6 +51,7 @@ from popjit.ipu.ipu_outfeed_queue import IPUOutfeedMode, IPUOutfeedQueue
 from popjit.ipu.ipu_run_config import RunConfig
 from popjit.ipu.scopes import ipu_scope
 from popjit.runtime import device as devices
+from popjit.runtime import instances
 from popjit.train.checkpoint import latest_checkpoint
 from popjit.train.tensor_bundle import BundleReader
 
@@ -79,9 +82,6 @@ class IPUEstimatorSpec(collections.namedtuple("IPUEstimatorSpec", [
                 raise ValueError(f"`{what}` must have two elements")
             if not isinstance(value[1], list):
                 raise ValueError(f"second element in `{what}` must be a list")
-        if host_call is not None:
-            raise UnimplementedError("IPUEstimatorSpec(host_call=...) is not supported by popjit yet; compute the "
-                                     "host-side values from the loss after training instead.")
         return super().__new__(cls, mode, predictions, loss, train_op, eval_metric_ops or {}, eval_metrics, host_call,
                                None, None, None)
 
@@ -113,9 +113,11 @@ class IPUEstimator:
             raise ValueError("`config` must be provided with type `ipu_run_config.RunConfig`")
         if params is not None and not isinstance(params, dict):
             raise ValueError("`params` is expected to be of type `dict`")
-        if warm_start_from is not None:
-            raise UnimplementedError("IPUEstimator(warm_start_from=...) is not supported by popjit; copy the "
-                                     "checkpoint into model_dir instead.")
+        if warm_start_from is not None and not isinstance(warm_start_from, (str, os.PathLike)):
+            raise UnimplementedError("IPUEstimator(warm_start_from=WarmStartSettings(...)) is not supported by popjit: "
+                                     "give the checkpoint's path (or its directory) to warm-start every trainable "
+                                     "variable.")
+        self._warm_start = None if warm_start_from is None else os.fspath(warm_start_from)
         if model_dir is not None and config.model_dir is not None and os.fspath(model_dir) != config.model_dir:
             raise ValueError(f"model_dir are set both in constructor and RunConfig, but with different values. In "
                              f"constructor: '{model_dir}', in RunConfig: '{config.model_dir}' ")
@@ -214,7 +216,25 @@ class IPUEstimator:
         if path is not None:
             _log.info("Restoring parameters from %s", path)
             saver.restore(sess, path)
+        elif self._warm_start is not None:
+            self._warm_start_variables(graph, sess)
         return sess, saver
+
+    def _warm_start_variables(self, graph: Any, sess: Session) -> None:
+        """A first session with nothing in ``model_dir``: every trainable variable the ``warm_start_from``
+        checkpoint has starts from its value there (as TensorFlow's default warm start)."""
+        path = latest_checkpoint(self._warm_start) if os.path.isdir(self._warm_start) else self._warm_start
+        if path is None:
+            raise ValueError(f"warm_start_from: no checkpoint in {self._warm_start}")
+        names = set(BundleReader(path).keys())
+        with graph.as_default():
+            chosen = {v.name.split(":")[0]: v for v in graph_ops.trainable_variables()
+                      if v.name.split(":")[0] in names}
+            if not chosen:
+                return
+            warm = tf1_train.Saver(var_list=chosen)
+        _log.info("Warm-starting %d variables from %s", len(chosen), path)
+        warm.restore(sess, path)
 
     # -- training ---------------------------------------------------------------------------------------
     def train(self, input_fn: Callable[..., Any], hooks: Any = None, steps: int | None = None,
@@ -249,25 +269,61 @@ class IPUEstimator:
         return self
 
     def _training_run(self, infeed: IPUInfeedQueue) -> Callable[[Session], float]:
-        """Build the compiled training loop; a function running it once in a session, giving its mean loss."""
+        """Build the compiled training loop; a function running it once in a session, giving its mean loss
+        (and then running the ``host_call``, if the spec has one)."""
+        host: dict[str, Any] = {}
         (total,) = self._compiled(lambda: [self._replica_mean(
-            loops.repeat(self._iterations, self._training_step, [0.0], infeed), check=True)])
+            loops.repeat(self._iterations, self._training_step(host), [0.0], infeed), check=True)])
         mean_loss = total / float(self._iterations)
-        return lambda sess: float(sess.run(mean_loss))
+        if "host_call" not in host:
+            return lambda sess: float(sess.run(mean_loss))
+        placeholders, after = self._host_call(host)
+        dequeue = host["outfeed"].dequeue()
 
-    def _training_step(self, total_loss: Any, *args: Any, **kwargs: Any) -> Any:
-        features, labels = _features_and_labels(args, kwargs)
-        spec = self._call_model_fn(features, labels, ModeKeys.TRAIN)
-        if spec.loss is None:
-            raise ValueError("EstimatorSpec must contain loss when training")
-        if spec.train_op is None:
-            raise ValueError("EstimatorSpec must contain train_op when training")
-        return total_loss + api.cast(convert_to_tensor(spec.loss), "float32")  # the train op's updates are carried
+        def run(sess: Session) -> float:
+            loss = float(sess.run(mean_loss))
+            received = [np.asarray(a)[0] for a in sess.run(dequeue)]  # the loop's only step
+            sess.run(after, feed_dict=dict(zip(placeholders, received)))
+            return loss
+
+        return run
+
+    def _training_step(self, host: dict[str, Any]) -> Callable[..., Any]:
+        def step(total_loss: Any, *args: Any, **kwargs: Any) -> Any:
+            features, labels = _features_and_labels(args, kwargs)
+            spec = self._call_model_fn(features, labels, ModeKeys.TRAIN)
+            if spec.loss is None:
+                raise ValueError("EstimatorSpec must contain loss when training")
+            if spec.train_op is None:
+                raise ValueError("EstimatorSpec must contain train_op when training")
+            if getattr(spec, "host_call", None) is not None:  # its tensors go to the host with every step
+                tensors = [convert_to_tensor(t) for t in spec.host_call[1]]
+                host["host_call"], host["outfeed"] = spec.host_call[0], IPUOutfeedQueue()
+                host["received"] = [(t.dtype, t.shape) for t in tensors]
+                host["outfeed"].enqueue(tensors)
+            return total_loss + api.cast(convert_to_tensor(spec.loss), "float32")  # the train op's updates carried
+
+        return step
+
+    def _host_call(self, host: dict[str, Any]) -> tuple[list[Tensor], Any]:
+        """``host_call``'s function built once on the host, over placeholders that each run feeds with the tensors
+        its step sent: (the placeholders, what each run runs after the training loop). Graphcore's estimator
+        allows it with one step per loop; popjit, on one replica."""
+        if self._iterations > 1:
+            raise ValueError("host_call is not allowed for iterations_per_loop > 1")
+        if self._replicas > 1:
+            raise UnimplementedError("IPUEstimatorSpec(host_call=...) on several replicas is not supported by popjit.")
+        with device("cpu"):
+            placeholders = [graph_ops.placeholder(dtype, shape) for dtype, shape in host["received"]]
+            result = host["host_call"](*placeholders)
+        if not isinstance(result, (Tensor, Operation)):
+            raise TypeError(f"`host_call` return value must be Operation or Tensor, given: {result}")
+        return placeholders, result
 
     def _training_loop(self, sess: Session, saver: Any, loop_loss: Callable[[Session], float], increment: Any,
                        step: int, final: int) -> None:
         prefix = os.path.join(self._model_dir, "model.ckpt")
-        writer = summary.FileWriter(self._model_dir)
+        writer = summary.FileWriter(self._model_dir) if instances.writes_checkpoints() else None
         self._save(sess, saver, prefix, step)
         saved_step, saved_time, logged_step, loss, first = step, time.time(), step, None, step
         try:
@@ -282,13 +338,14 @@ class IPUEstimator:
                     _log.info("loss = %s, step = %d", loss, step)
                     logged_step = step
                 every = self._config.save_summary_steps
-                if every and (step - self._iterations == first or step % every < self._iterations):
+                if writer and every and (step - self._iterations == first or step % every < self._iterations):
                     writer.add_summary(summary.scalar_summary("loss", loss), step)  # the first run, then every N
                 if self._checkpoint_due(step - saved_step, time.time() - saved_time):
                     self._save(sess, saver, prefix, step)
                     saved_step, saved_time = step, time.time()
         finally:
-            writer.close()
+            if writer:
+                writer.close()
         if step != saved_step:
             self._save(sess, saver, prefix, step)
         _log.info("Loss for final step: %s.", loss)
@@ -299,6 +356,8 @@ class IPUEstimator:
             (every_secs is not None and seconds_since >= every_secs)
 
     def _save(self, sess: Session, saver: Any, prefix: str, step: int) -> None:
+        if not instances.writes_checkpoints():  # several poprun instances: instance 0 writes, as the chief
+            return
         _log.info("Saving checkpoints for %d into %s.", step, prefix)
         saver.save(sess, prefix, global_step=step)
 

@@ -129,6 +129,10 @@ class IPUStrategyV1:
         with context.strategy_scope(self):
             yield self
 
+    def initial_value(self, value: np.ndarray) -> np.ndarray:
+        """A variable created in the scope starts from the value computed here (PopDist: instance 0's)."""
+        return value
+
     def dataset_iterator(self, dataset: Any, **options: Any) -> IPUOwnedIterator:
         """What ``iter(dataset)`` gives inside the scope: an infeed-backed iterator."""
         return IPUOwnedIterator(dataset, **options)

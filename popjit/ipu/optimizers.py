@@ -101,6 +101,25 @@ class CrossReplicaOptimizer(IpuOptimizer):
         return _summed(grads_and_vars)
 
 
+class ShardedOptimizer(IpuOptimizer):
+    """``ShardedOptimizer(optimizer)``: ``optimizer`` (a TF1 or Keras one), each variable's update placed on the
+    IPU of its gradient, which is the IPU of the forward op that used it (in a sharded program popjit already
+    computes each gradient there; without the wrapper an update goes where most of its data is). The values
+    are the wrapped optimizer's."""
+
+    def __init__(self, optimizer: Any, name: str = "ShardedOptimizer") -> None:
+        super().__init__(optimizer, name)
+
+    def apply_gradients(self, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
+        """The wrapped optimizer's update, each variable's on its gradient's IPU."""
+        bottom = bottom_optimizer(self)
+        bottom._places_updates = True
+        try:
+            return super().apply_gradients(grads_and_vars, *args, **kwargs)
+        finally:
+            del bottom._places_updates
+
+
 def _summed(grads_and_vars: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
     """Each gradient summed over all replicas."""
     return [(None if g is None else cross_replica_sum(g), v) for g, v in grads_and_vars]
@@ -152,6 +171,3 @@ class _SummedThenApplied:
 
 __getattr__ = _missing_attributes("ipu.optimizers")  # popjit/support.py lists what is missing
 
-
-# why: ShardedOptimizer is defined on IpuOptimizer above (its module imports this one)
-from popjit.ipu.sharded_optimizer import ShardedOptimizer  # noqa: E402

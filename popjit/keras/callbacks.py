@@ -18,6 +18,7 @@ import numpy as np
 
 from popjit.frontend import api as tf
 from popjit.keras import backend
+from popjit.runtime import instances
 from popjit.keras.utils import Progbar
 
 _MODES = ("train", "test", "predict")
@@ -455,6 +456,8 @@ class ModelCheckpoint(Callback):
             self.best = current
         elif self.verbose > 0:
             print(f"\nEpoch {epoch + 1:05d}: saving model to {path}")
+        if not instances.writes_checkpoints():  # several poprun instances: instance 0 writes, as the chief
+            return
         directory = os.path.dirname(path)
         if directory:
             os.makedirs(directory, exist_ok=True)

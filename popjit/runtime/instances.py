@@ -205,6 +205,13 @@ def world() -> World:
     return World(*placement())
 
 
+def writes_checkpoints() -> bool:
+    """Whether this instance writes the checkpoints and summaries that training writes on its own (Keras's
+    ``ModelCheckpoint``, an estimator's): instance 0, as TensorFlow's chief worker (files a program writes
+    itself are written by every instance that asks)."""
+    return world().index == 0
+
+
 def _checked(a: Any, what: str) -> np.ndarray:
     a = np.asarray(a, order="C")
     if a.dtype not in DTYPES:

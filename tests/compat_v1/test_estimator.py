@@ -149,3 +149,54 @@ def test__replicated_estimator__each_replica_its_batches_and_the_gradients_summe
     with pytest.raises(ValueError, match="This is not a valid replicated training graph because no "
                                          "IpuCrossReplicaSum operations were found"):
         _estimator(tmp_path / "bad", replicas=2).train(_input(repeat=True, batch=4), steps=4)
+
+
+def test__host_call__runs_on_the_host_after_each_step(tmp_path: Path) -> None:
+    def model_fn(features: Any, labels: Any, mode: str) -> Any:
+        w = tf1.get_variable("w", initializer=tf1.constant(W0))
+        loss = tf1.losses.sparse_softmax_cross_entropy(labels, tf1.matmul(features, w))
+        train = tf1.train.GradientDescentOptimizer(0.5).minimize(loss)
+
+        def on_host(step_loss: Any) -> Any:
+            with tf1.variable_scope("host", use_resource=True):
+                seen = tf1.get_variable("seen", initializer=np.float32(0.0), trainable=False)
+            return seen.assign_add(step_loss)
+
+        return ipu_estimator.IPUEstimatorSpec(mode, loss=loss, train_op=train, host_call=(on_host, [loss]))
+
+    def estimator(iterations: int) -> Any:
+        config = ipu_run_config.RunConfig(ipu_run_config=ipu_run_config.IPURunConfig(iterations_per_loop=iterations),
+                                          model_dir=str(tmp_path / f"model{iterations}"))
+        return ipu_estimator.IPUEstimator(model_fn, config=config)
+
+    est = estimator(1)
+    est.train(_input(repeat=True), steps=3)
+    w, losses = W0.astype(np.float64), []  # the host variable holds the sum of the three steps' losses
+    for k in range(3):
+        x, y = X[8 * k:8 * k + 8].astype(np.float64), Y[8 * k:8 * k + 8]
+        logits = x @ w
+        p = np.exp(logits - logits.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        losses.append(-np.mean(np.log(p[np.arange(8), y])))
+        p[np.arange(8), y] -= 1
+        w -= 0.5 * x.T @ p / 8
+    np.testing.assert_allclose(est.get_variable_value("host/seen"), sum(losses), rtol=1e-5)
+    with pytest.raises(ValueError, match=r"host_call is not allowed for iterations_per_loop > 1"):
+        estimator(2).train(_input(repeat=True), steps=2)
+
+
+def test__warm_start_from__a_checkpoint_directory(tmp_path: Path) -> None:
+    trained = _estimator(tmp_path / "a")
+    trained.train(_input(repeat=True), steps=8)
+    config = ipu_run_config.RunConfig(ipu_run_config=ipu_run_config.IPURunConfig(iterations_per_loop=4),
+                                      model_dir=str(tmp_path / "b"))
+    warm = ipu_estimator.IPUEstimator(_model_fn, config=config, warm_start_from=str(tmp_path / "a" / "model"))
+    results = warm.evaluate(_input(repeat=False))
+    w = trained.get_variable_value("w")
+    np.testing.assert_allclose(results["accuracy"], np.mean(np.argmax(X @ w, 1) == Y), rtol=1e-6)
+    assert results["global_step"] == 0  # only the trainable variables start from the checkpoint
+    warm.train(_input(repeat=True), steps=4)
+    assert warm.get_variable_value("global_step") == 4
+    assert not np.allclose(warm.get_variable_value("w"), w)  # it trained on from there
+    with pytest.raises(UnimplementedError, match=r"warm_start_from=WarmStartSettings"):
+        ipu_estimator.IPUEstimator(_model_fn, config=config, warm_start_from=object())

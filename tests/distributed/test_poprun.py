@@ -205,6 +205,8 @@ with strategy.scope():
     out["hvd_average"] = hvd.allreduce(tf.constant(x)).numpy().tolist()
     out["hvd_gather"] = hvd.allgather(tf.constant(x)).numpy().tolist()
     out["replicas"] = strategy.num_replicas_in_sync
+    out["initial"] = tf.Variable(np.full(3, i + 1.0, np.float32)).numpy().tolist()  # each its own value...
+out["outside"] = tf.Variable(np.full(2, i + 1.0, np.float32)).numpy().tolist()
 print(json.dumps(out))
 """
 
@@ -232,6 +234,8 @@ def test__collectives_and_popdist_strategy_across_two_instances__match_numpy(tmp
         np.testing.assert_allclose(got["hvd_average"], mean, rtol=1e-6)
         np.testing.assert_array_equal(got["hvd_gather"], np.concatenate(xs))
         assert got["replicas"] == 2
+        assert got["initial"] == [1.0, 1.0, 1.0]  # ...but instance 0's in the strategy's scope, as Graphcore's
+        assert got["outside"] == [index + 1.0] * 2
 
 
 FAILING = """
@@ -354,3 +358,32 @@ def test__two_instances_of_one_replica__train_as_one_instance_of_two_replicas(tm
     np.testing.assert_allclose(second["w"], one["w"], rtol=1e-6)
     assert one["replicas"] == [[0, 1]] * 4  # one instance: [steps, replicas]
     assert first["replicas"] == [0] * 4 and second["replicas"] == [1] * 4  # each instance: its global replica
+
+
+CHECKPOINTS = """
+import os, sys
+import numpy as np
+import popdist, popdist.tensorflow
+import tensorflow as tf
+from tensorflow.python import ipu
+from tensorflow.python.ipu.distributed import popdist_strategy
+
+config = ipu.config.IPUConfig()
+popdist.tensorflow.set_ipu_config(config, ipus_per_replica=1)
+config.configure_ipu_system()
+strategy = popdist_strategy.PopDistStrategy()
+where = os.path.join(sys.argv[1], f"instance{popdist.getInstanceIndex()}", "weights.h5")
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
+    model.compile(tf.keras.optimizers.SGD(0.1), "mse", steps_per_execution=2)
+    model.fit(np.ones((8, 3), np.float32), np.ones((8, 1), np.float32), batch_size=2, epochs=1, verbose=0,
+              callbacks=[tf.keras.callbacks.ModelCheckpoint(where, save_weights_only=True)])
+"""
+
+
+@pytest.mark.slow
+def test__model_checkpoint__is_written_by_instance_0_only(tmp_path):
+    out = _poprun(tmp_path, CHECKPOINTS, "--num-instances", "2", "--num-replicas", "2", args=(str(tmp_path / "ckpt"),))
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "ckpt" / "instance0" / "weights.h5").is_file()
+    assert not (tmp_path / "ckpt" / "instance1").exists()  # as TensorFlow's chief worker, instance 0 writes

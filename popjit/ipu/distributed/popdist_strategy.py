@@ -14,14 +14,16 @@ compiled function) the instances' values are summed through MPI (:mod:`popjit.ru
 IPU (inside a function ``strategy.run`` compiles) it reduces as ``IPUStrategy`` does, across the replicas of
 the program, which span the instances when ``multi_replica_distribution`` says so.
 
-Unlike Graphcore's, variables created in its scope are not broadcast from instance 0 when they are created:
-every instance computes its own initial values, so unseeded initialisers differ between instances. Seed
-them (``POPJIT_SEED``, ``tf.random.set_seed``), or copy instance 0's values with ``strategy.broadcast_to``.
+As Graphcore's, a variable created in its scope (eagerly; not in a TensorFlow 1 graph) takes instance 0's
+initial value, broadcast when it is created, so every instance starts from the same weights: the instances
+must create the same variables in the same order.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 import popjit.popdist as popdist
 from popjit import context
@@ -77,6 +79,11 @@ class PopDistStrategy(IPUStrategyV1):
             return mean_of(total, world.count) if op is ReduceOp.MEAN else total
 
         return nest.map_structure(lambda v: host_collective("PopDistStrategy.reduce", across, v), local)
+
+    def initial_value(self, value: np.ndarray) -> np.ndarray:
+        """Instance 0's initial value of a variable created in the scope (a collective of every instance)."""
+        world = instances.world()
+        return world.broadcast(value, 0).reshape(value.shape) if world.count > 1 else value
 
     def broadcast_to(self, tensor: Any, destinations: Any) -> Any:
         """Instance 0's ``tensor`` in every instance. Only on the host: ``destinations`` (a device name, or a
