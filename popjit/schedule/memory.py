@@ -240,16 +240,19 @@ def largest_on_tile(report: MemoryReport, tile: int, buffers: dict[int, Buffer],
     return items[:limit]
 
 
-def oom_message(report: MemoryReport, buffers: dict[int, Buffer], step_names: Sequence[str]) -> str:
-    """Graphcore-style out-of-memory text naming the fullest tile, what fills it, and the advice."""
+def oom_message(report: MemoryReport, buffers: dict[int, Buffer], step_names: Sequence[str],
+                tiles_per_ipu: int = 0) -> str:
+    """Graphcore-style out-of-memory text naming the fullest tile (and, over several IPUs, which IPU's tile it
+    is), what fills it, and the advice."""
     tile = report.peak_tile
+    ipu = f" (IPU {tile // tiles_per_ipu}'s tile {tile % tiles_per_ipu})" if tiles_per_ipu else ""
     used = int(report.total[tile])
     over = report.oom_tiles
     step = int(report.peak_step[tile])
     where = f" at step {step} ({step_names[step]})" if 0 <= step < len(step_names) else ""
     lines = [
         f"Out of memory on tile {tile}: {used} bytes used but tiles only have {report.bytes_per_tile} bytes of memory",
-        f"{over.size} of {report.tiles} tiles are out of memory; tile {tile} is the fullest{where}.",
+        f"{over.size} of {report.tiles} tiles are out of memory; tile {tile}{ipu} is the fullest{where}.",
         f"Largest on tile {tile}:",
     ]
     lines += [f"  {name}: {n:,} bytes" for name, n in largest_on_tile(report, tile, buffers)]

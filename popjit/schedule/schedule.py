@@ -334,7 +334,9 @@ def schedule_program(program: Program, target: Target, enforce_memory: bool = Tr
 
 def _out_of_memory(sched: Schedule) -> None:
     sched.oom = True
-    sched.oom_text = oom_message(sched.memory, sched.buffers, [s.name for s in sched.steps])
+    t = sched.target
+    sched.oom_text = oom_message(sched.memory, sched.buffers, [s.name for s in sched.steps],
+                                 t.tiles // t.num_ipus if t.num_ipus > 1 else 0)
     if not sched.enforce_memory:
         log.debug("host execution: %s", sched.oom_text.splitlines()[0])
         return

@@ -312,3 +312,22 @@ def test_sharded_optimizer_places_each_update_on_its_variables_ipu(fresh_ipu_sys
     assert ipu.sharded_optimizer.ShardedOptimizer is ipu.optimizers.ShardedOptimizer
     assert any(" on ipu0" in ln for ln in updates) and any(" on ipu1" in ln for ln in updates), sharded
     assert sharded.count(" on ipu") > plain.count(" on ipu")  # the updates are placed, not left to the data
+
+
+def test_out_of_memory_names_the_ipu_of_the_fullest_tile(fresh_ipu_system):
+    cfg = ipu.config.IPUConfig()
+    cfg.auto_select_ipus = 2
+    cfg.ipu_model.tiles_per_ipu = 4
+    cfg.configure_ipu_system()
+    strategy = ipu.ipu_strategy.IPUStrategy()
+
+    @tf.function(jit_compile=True)
+    def f(a):
+        with ipu.scopes.ipu_shard(0):
+            x = a + 1.0
+        with ipu.scopes.ipu_shard(1):
+            return tf.exp(x) * 2.0 + x
+
+    big = np.ones(1 << 20, np.float32)  # 4 MB over 4 tiles of 639 KB on each IPU
+    with pytest.raises(tf.errors.ResourceExhaustedError, match=r"tile \d+ \(IPU [01]'s tile [0-3]\) is the fullest"):
+        strategy.run(f, args=(big,))
