@@ -18,8 +18,8 @@ import numpy as np
 
 from popjit.frontend import api as tf
 from popjit.keras import backend
-from popjit.runtime import instances
 from popjit.keras.utils import Progbar
+from popjit.runtime import instances
 
 _MODES = ("train", "test", "predict")
 
