@@ -4,6 +4,7 @@ compare against NumPy with per-dtype tolerances, and run a program in a fresh Py
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -73,12 +74,22 @@ def run_program(source: str, cache: Path, check: bool = True, **env: str) -> sub
     return out
 
 
-def device_of(ipus: int) -> Any:
-    """Configure a system of one device of ``ipus`` IPUs; an ``IPUStrategy`` on it."""
+def sigint_as_at_a_terminal() -> None:
+    """A child process's SIGINT handling as at a terminal (``preexec_fn`` of a test that interrupts it)."""
+    # why: a shell without job control starts background jobs with SIGINT ignored, the child
+    # inherits that, and Python then never raises KeyboardInterrupt (CI runs that ran the suite
+    # with `&` waited out the whole loop); a user's terminal process has the default disposition
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def device_of(ipus: int, trap_div0: bool = False) -> Any:
+    """Configure a system of one device of ``ipus`` IPUs (trapping divisions by zero if ``trap_div0``); an
+    ``IPUStrategy`` on it."""
     # why: the tests import helpers before popjit.ipu is needed elsewhere
     from popjit import ipu
 
     cfg = ipu.config.IPUConfig()
     cfg.auto_select_ipus = ipus
+    cfg.floating_point_behaviour.div0 = trap_div0
     cfg.configure_ipu_system()
     return ipu.ipu_strategy.IPUStrategy()

@@ -79,6 +79,7 @@ class EngineSource:
     compute_sets: list[str] = field(default_factory=list)  # a trap's compute set number -> its name
     callees: list[Callee] = field(default_factory=list)  # what K[i] calls
     body: list[Any] = field(default_factory=list)  # the statement tree (Invoke, Loop, WhileLoop, Branch)
+    context_slot: int | None = None  # P[context_slot]: the collectives' context, set per replica (None: no collectives)
 
     @property
     def rounding_state(self) -> bool:
@@ -150,6 +151,9 @@ class Branch:
 
 
 #: The host function that performs a replicated program's collectives (registered by :mod:`popjit.runtime.replicas`).
+#: Its arguments: the collective's number, its destination and source, and the collectives' context
+#: (``P[EngineSource.context_slot]``, 0 in the program's ``P``; a replicated run gives each replica its own,
+#: :mod:`popjit.codegen.collective`).
 COLLECTIVE_CALLEE = HOST_PREFIX + "collective"
 
 
@@ -179,6 +183,7 @@ class _Emitter(StmtVisitor):
         self.arguments = args
         self.body: list[Any] = []
         self.collective_numbers = {id(c): k for k, c in enumerate(collectives(program))}
+        self.context_slot: int | None = None
 
     def int(self, v: int) -> str:
         self.ints.append(int(v))
@@ -256,7 +261,11 @@ class _Emitter(StmtVisitor):
         """A call of the runtime's host function, with the collective's number in the program (see
         :func:`collectives`) and its destination and source buffers."""
         index = self.collective_numbers[id(s)]
-        self.invoke(COLLECTIVE_CALLEE, [self.int(index), self.buf(s.dst), self.buf(s.src)], s.name)
+        if self.context_slot is None:
+            self.context_slot = len(self.ints)
+            self.int(0)
+        context = f"P[{self.context_slot}]"
+        self.invoke(COLLECTIVE_CALLEE, [self.int(index), self.buf(s.dst), self.buf(s.src), context], s.name)
 
     def visit_repeat(self, s: Repeat) -> None:
         self.body.append(Loop(self.int(s.count), self.nested(s.body)))
@@ -338,4 +347,4 @@ def render_engine(program: Program, numerics: Numerics = DEFAULT) -> EngineSourc
     source = source.replace("def engine(", f"def {name}(", 1)
     return EngineSource(source, name, em.codelets, em.arguments, np.array(em.ints, dtype=np.int64),
                         np.array(em.floats, dtype=np.float64), em.library, numerics,
-                        em.compute_sets, list(em.callees), em.body)
+                        em.compute_sets, list(em.callees), em.body, em.context_slot)

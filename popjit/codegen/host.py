@@ -6,6 +6,10 @@ through a C entry point that ctypes makes for it (which takes the GIL for the ca
 int64 arguments: integers as they are and each buffer as the address of its data; it returns 0 to go
 on, anything else to stop the engine, which then returns that value. Run as Python
 (``POPJIT_DISABLE_NUMBA``), the engine passes the buffers themselves.
+
+A host function may come with a native entry point (``native``: built from the Python one's address)
+that serves the calls it can without Python and hands the others to the Python function; compiled
+engines then call that one (:mod:`popjit.codegen.collective`).
 """
 
 from __future__ import annotations
@@ -24,10 +28,13 @@ class HostFunction:
 
     function: Callable[..., int]
     entry: Any  # the ctypes callback (kept alive while registered)
+    native: Callable[[int], int] | None = None  # builds the native entry point from the callback's address
 
     @property
     def address(self) -> int:
-        return ctypes.cast(self.entry, ctypes.c_void_p).value or 0
+        """The entry point compiled engines call: the native one if there is one, else the callback."""
+        python = ctypes.cast(self.entry, ctypes.c_void_p).value or 0
+        return python if self.native is None else self.native(python)
 
 
 _FUNCTIONS: dict[str, HostFunction] = {}
@@ -38,11 +45,14 @@ def is_host(callee: str) -> bool:
     return callee.startswith(PREFIX)
 
 
-def register(name: str, arity: int, function: Callable[..., int]) -> str:
+def register(name: str, arity: int, function: Callable[..., int],
+             native: Callable[[int], int] | None = None) -> str:
     """Make ``function`` (``arity`` int64 arguments, returning an int) callable by engines as
-    ``host:<name>``; the callee name."""
+    ``host:<name>``; the callee name. ``native``: given the address of ``function``'s C entry point,
+    the address of a native entry point with the same arguments that compiled engines call instead
+    (called when an engine is linked; it should build its code once)."""
     entry = ctypes.CFUNCTYPE(ctypes.c_int64, *[ctypes.c_int64] * arity)(function)
-    _FUNCTIONS[name] = HostFunction(function, entry)
+    _FUNCTIONS[name] = HostFunction(function, entry, native)
     return PREFIX + name
 
 

@@ -100,13 +100,15 @@ class Executable:
 
     def run(self, args: Sequence[np.ndarray], variables: dict[int, np.ndarray],
             feeds: HostFeeds | None = None, rounding: np.ndarray | None = None,
-            stop: np.ndarray | None = None) -> list[np.ndarray]:
+            stop: np.ndarray | None = None, context: int = 0) -> list[np.ndarray]:
         """Run with positional ``args``; ``variables`` (id → device buffer) are updated in place; a
         program with streams reads and writes them through ``feeds``. ``rounding``: the device's
         stochastic-rounding state (int64 ``[key word, key word, call number]``), for a program
         compiled with stochastic rounding. ``stop``: the flag the engine polls, when the caller (the
         replicas of a replicated run, :mod:`popjit.runtime.replicas`) shares one between engines and
-        watches for Ctrl-C and for the workqueue layer itself; by default the run does both."""
+        watches for Ctrl-C and for the workqueue layer itself; by default the run does both. ``context``: the
+        collectives' context this replica's engine passes them (:mod:`popjit.codegen.collective`; 0: the
+        Python host function performs them)."""
         p = self._check_feeds(feeds)
         fed = feeds.take_inputs(p) if p.stream_in else {}  # first: a dry infeed fails before anything runs
         outs = [np.empty(b.shape, b.dtype.np) for b in p.outs]
@@ -118,7 +120,7 @@ class Executable:
             if stop is None:
                 watch.enter_context(engine_guard())
                 stop = watch.enter_context(interrupts.watching())
-            stopped = self.engine(buffers, self.engine_source.ints, self.engine_source.floats, stop, state,
+            stopped = self.engine(buffers, self._ints(context), self.engine_source.floats, stop, state,
                                   program=self.graph.name, store=self.library_store)
         if stopped & TRAPPED:
             for buf, before in saved:
@@ -130,6 +132,15 @@ class Executable:
         if drained:
             feeds.deliver_outputs(p, drained)
         return outs
+
+    def _ints(self, context: int) -> np.ndarray:
+        """The engine's ``P`` with the collectives' ``context`` in its slot."""
+        ints, slot = self.engine_source.ints, self.engine_source.context_slot
+        if not context or slot is None:
+            return ints
+        ints = ints.copy()
+        ints[slot] = context
+        return ints
 
     def precompile(self, variables: dict[int, np.ndarray], feeds: HostFeeds | None = None,
                    deliver: bool = True) -> list[np.ndarray]:

@@ -9,12 +9,16 @@ host reads replica 0, as on the IPU; a value the host writes reaches every repli
 
 - Infeeds: replica ``r`` gets elements ``i*R + r`` (one element per replica per dequeue, in order).
 - Outfeeds: every replica's values, stacked by the outfeed (``[n, R, ...]`` in ALL mode, ``[R, ...]`` in LAST).
-- Collectives (:class:`~popjit.ir.loop.Collective`): the engine calls :func:`_collective`, a host function
-  (:mod:`popjit.codegen.host`), which puts this replica's source in a shared slot, waits for the other
-  replicas at a barrier, and computes this replica's result from all of theirs
+- Collectives (:class:`~popjit.ir.loop.Collective`): the engine calls the collective host function
+  (:mod:`popjit.codegen.host`). When every replica runs in this process, its native entry point does it all
+  without the GIL (:mod:`popjit.codegen.collective`: a barrier on an atomic counter, then each replica
+  does its part straight from the others' buffers). Otherwise (replicas spanning several instances
+  under PopDist, a collective native code does not perform, ``POPJIT_DISABLE_NUMBA``) the Python host
+  function :func:`_collective` puts this replica's source in a shared slot, waits for the other replicas
+  at a barrier, and computes this replica's result from all of theirs
   (:func:`~popjit.ops.collectives.collective_result`; every replica does the same arithmetic in the same
-  order). With several instances (PopDist, :mod:`popjit.runtime.instances`), replica 0 of each instance
-  gathers the other instances' slots over MPI first.
+  order); with several instances (:mod:`popjit.runtime.instances`) replica 0 of each instance gathers
+  the other instances' slots over MPI first. A debug log line says which path a run took.
 
 A replica that fails (an error, a floating-point trap, Ctrl-C) breaks the barrier and raises the shared
 stop flag, so the others stop at their next loop iteration or collective instead of waiting forever; the
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from popjit.codegen import host
+from popjit import config
+from popjit.codegen import collective, host
 from popjit.codegen.engine import collectives
 from popjit.ir.loop import Buffer, Collective, Program
 from popjit.kernels.jit import single_threaded
@@ -44,6 +50,8 @@ from popjit.runtime.streams import by_feed, lookup_for
 
 #: A special per-replica variable: its buffer for a (global) replica index.
 ReplicaView = Callable[[int], np.ndarray]
+
+_log = logging.getLogger("popjit")
 
 
 @dataclass
@@ -87,6 +95,7 @@ class ReplicatedRun:
     slots: list[list[Any]] = field(init=False)
     gathered: list[Any] = field(init=False)
     calls: list[int] = field(init=False)
+    native: collective.Exchange | None = field(init=False)  # the native path's state (None: the Python path)
     error: BaseException | None = None
 
     def __post_init__(self) -> None:
@@ -95,6 +104,24 @@ class ReplicatedRun:
         self.slots = [[None] * self.count, [None] * self.count]  # why two: see exchange()
         self.gathered = [None, None]
         self.calls = [0] * self.count
+        self.native = None
+        if self.table:
+            self.native = self._native_exchange()
+
+    def _native_exchange(self) -> collective.Exchange | None:
+        """The native path's state when it can perform this run's collectives (logged either way)."""
+        why = ("the replicas span several instances" if self.total != self.count else
+               "POPJIT_DISABLE_NUMBA is set" if config.get("DISABLE_NUMBA") else None)
+        plans = collective.plans_for(self.program, self.count) if why is None else None
+        if why is None and plans is None:
+            why = "native code does not perform one of its collectives"
+        _log.debug("'%s' as %d replicas: collectives %s", self.program.name, self.count,
+                   "in native code" if why is None else f"by the Python host function ({why})")
+        return None if plans is None else collective.Exchange(plans, self.count, self.stop)
+
+    def context(self, replica: int) -> int:
+        """The collectives' context of local replica ``replica``'s engine (0: the Python path)."""
+        return 0 if self.native is None else self.native.context(replica)
 
     def fail(self, error: BaseException) -> None:
         """Record the first failure and stop every replica."""
@@ -153,8 +180,9 @@ def _bytes_type(nbytes: int) -> Any:
     return ctypes.c_char * max(nbytes, 1)
 
 
-def _collective(index: Any, dst: Any, src: Any) -> int:
-    """The engine's host function for collectives (runs on the replica's thread, with the GIL)."""
+def _collective(index: Any, dst: Any, src: Any, context: Any) -> int:
+    """The engine's host function for collectives (runs on the replica's thread, with the GIL); the calls of a
+    run on the native path never reach it (``context`` is 0 here)."""
     run: ReplicatedRun | None = getattr(_CURRENT, "run", None)
     if run is None:
         return _alone(int(index), dst, src)
@@ -178,7 +206,7 @@ def _alone(index: int, dst: Any, src: Any) -> int:
     return 0
 
 
-host.register("collective", 3, _collective)
+host.register("collective", 4, _collective, native=collective.entry)
 
 
 def run_alone(executable: Any, run: Callable[[], list[np.ndarray]]) -> list[np.ndarray]:
@@ -258,7 +286,7 @@ def run_replicated(executable: Any, args: Any, variables: list[dict[int, np.ndar
             try:
                 with single_threaded():
                     return executable.run(args, variables[r], replica_feeds[r] if feeds is not None else None,
-                                          rounding[r], stop=stop)
+                                          rounding[r], stop=stop, context=run.context(r))
             except BaseException as e:
                 run.fail(e)
                 raise

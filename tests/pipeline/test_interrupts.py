@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from tests.helpers import sigint_as_at_a_terminal
+
 pytestmark = pytest.mark.slow
 
 STEPS = 50_000_000  # minutes of looping if nothing stopped it
@@ -55,18 +57,11 @@ PROGRAM = textwrap.dedent(f"""
 """)
 
 
-def _sigint_as_at_a_terminal() -> None:
-    # why: a shell without job control starts background jobs with SIGINT ignored, the child
-    # inherits that, and Python then never raises KeyboardInterrupt (CI runs that ran the suite
-    # with `&` waited out the whole loop); a user's terminal process has the default disposition
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test__sigint_during_a_device_loop__stops_it_and_the_next_call_works(tmp_path):
     # why faulthandler: a child that died silently once (a loaded CI host) leaves its stack on stderr next time
     env = {**os.environ, "POPJIT_CACHE_DIR": str(tmp_path / "cache"), "PYTHONFAULTHANDLER": "1"}
     child = subprocess.Popen([sys.executable, "-c", PROGRAM], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=env, preexec_fn=_sigint_as_at_a_terminal)
+                             text=True, env=env, preexec_fn=sigint_as_at_a_terminal)
     try:
         assert child.stdout.readline().strip() == "ready", child.stderr.read()
         time.sleep(1.0)
