@@ -286,9 +286,10 @@ class _Body(IndexFormatter):
             return 0
         return max((self.loop_levels.get(n, 0) for n in _loop_vars(e)), default=0)
 
-    def extra(self, lines: list[str]) -> None:
-        """Lines that belong with the last value computed (trap checks): the same loop level."""
-        level = self.levels[-1] if self.levels else 0
+    def extra(self, lines: list[str], level: int | None = None) -> None:
+        """Lines that belong with the last value computed (trap checks): the same loop level, or ``level``."""
+        if level is None:
+            level = self.levels[-1] if self.levels else 0
         self.lines += lines
         self.levels += [level] * len(lines)
 
@@ -375,7 +376,9 @@ class _Body(IndexFormatter):
         infs: list[str] = []
         if (n.oflo or n.div0) and e.dtype.is_floating and e.op not in _NO_TRAP | _BOUNDED:
             infs = [self.inf_flag(name)] + [self.inf_flag(v) for v, x in zip(args, e.args) if _may_be_inf(x)]
-        self.extra(self.fp.check_apply(e, name, args, infs, pre))
+        # why: with the result's flags, not the last flag's (an operand's, perhaps computed outside the loop
+        # the result is computed in, where the result's flag does not exist)
+        self.extra(self.fp.check_apply(e, name, args, infs, pre), self.level_of.get(name, 0))
         return name
 
     def const(self, value: Any, dtype: DType) -> str:

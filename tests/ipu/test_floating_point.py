@@ -353,3 +353,20 @@ def test__reset_ipu_seed__same_numbers_in_another_process() -> None:
 
     assert run("7") == run("7")
     assert run("none") != run("none")
+
+
+def test__trap_check__of_a_value_computed_inside_the_loop_its_operand_is_outside_of(configure) -> None:
+    """``x / where(i == k, 0, 1) * 0.25``: the division's check lives in the loop that computes it, even when
+    its last operand's flag was computed outside (the check was once placed with that flag and did not compile)."""
+    strategy = configure(div0=True)
+
+    @tf.function(jit_compile=True)
+    def f(x, n, fail_at):
+        def step(i, x):
+            return i + 1, x / tf.where(tf.equal(i, fail_at), 0.0, 1.0) * 0.25
+        return tf.while_loop(lambda i, x: i < n, step, [0, x])[1]
+
+    x = np.arange(3, dtype=np.float32)
+    np.testing.assert_array_equal(strategy.run(f, args=(x, 3, 5)).numpy(), x * 0.25 ** 3)
+    with pytest.raises(InternalError, match="division by zero"):
+        strategy.run(f, args=(np.float32([1.0, 2.0, 3.0]), 3, 1))
