@@ -92,10 +92,13 @@ class IPUPipelineEstimator(IPUEstimator):
                              f"`gradient_accumulation_count` (got {count})")
         return spec
 
-    def _pipeline(self, mode: str, outfeed: IPUOutfeedQueue, infeed: Any) -> Any:
-        """One run: the pipeline of ``iterations_per_loop`` micro-batches, compiled for the IPUs."""
+    def _pipeline(self, mode: str, outfeed: IPUOutfeedQueue, infeed: Any, built: dict[str, Any] | None = None) -> Any:
+        """One run: the pipeline of ``iterations_per_loop`` micro-batches, compiled for the IPUs (the
+        ``model_fn``'s spec it was built from goes into ``built["spec"]``)."""
         def run() -> Any:
             spec = self._pipeline_spec(mode)
+            if built is not None:
+                built["spec"] = spec
             training = mode == ModeKeys.TRAIN
             return pipelining_ops.pipeline(
                 spec.computational_stages, spec.gradient_accumulation_count,
@@ -121,8 +124,9 @@ class IPUPipelineEstimator(IPUEstimator):
         the metrics, the loss and the global step."""
         refuse_hooks(hooks)
         self._validate_steps(steps)
+        built: dict[str, Any] = {}
         graph, sess, run, dequeue, global_step = self._outfed_program(
-            input_fn, ModeKeys.EVAL, lambda outfeed, infeed: self._pipeline(ModeKeys.EVAL, outfeed, infeed),
+            input_fn, ModeKeys.EVAL, lambda outfeed, infeed: self._pipeline(ModeKeys.EVAL, outfeed, infeed, built),
             checkpoint_path)
         with sess:
             runs: list[Any] = []
@@ -135,29 +139,9 @@ class IPUPipelineEstimator(IPUEstimator):
             if not runs:
                 raise ValueError("The evaluation input_fn gave fewer elements than iterations_per_loop: nothing "
                                  "was evaluated.")
-            results = self._metrics(graph, sess, _concatenated(runs, self._replicas))
+            results = _metrics(built["spec"].eval_metrics_fn, graph, sess, _concatenated(runs, self._replicas))
             results["global_step"] = int(sess.run(global_step))
         return results
-
-    def _metrics(self, graph: Any, sess: Session, outputs: Any) -> dict[str, Any]:
-        """``eval_metrics_fn`` run on the host over every evaluated micro-batch's outputs."""
-        metrics_fn = self._pipeline_spec(ModeKeys.EVAL).eval_metrics_fn  # the model_fn's, as in the loop
-        with graph.as_default(), device("cpu"):
-            if isinstance(outputs, dict):
-                metrics = metrics_fn(**{k: convert_to_tensor(v) for k, v in outputs.items()})
-            else:
-                metrics = metrics_fn(*[convert_to_tensor(v) for v in outputs])
-            if not isinstance(metrics, dict):
-                raise TypeError(f"The `eval_metrics_fn` must return a dict, but got {type(metrics)}.")
-            if "loss" not in metrics:
-                raise KeyError("The dict returned from `eval_metrics_fn` must contain 'loss'.")
-            values = {k: v[0] if isinstance(v, tuple) else api.reduce_mean(convert_to_tensor(v))
-                      for k, v in metrics.items()}
-            updates = [v[1] for v in metrics.values() if isinstance(v, tuple)]
-            init = graph_ops.variables_initializer(graph_ops.local_variables())
-        sess.run(init)
-        sess.run(updates)
-        return {k: np.asarray(v)[()] for k, v in sess.run(values).items()}
 
     # -- prediction -------------------------------------------------------------------------------------
     def _prediction_run(self, outfeed: IPUOutfeedQueue, infeed: Any) -> Any:
@@ -173,6 +157,26 @@ class IPUPipelineEstimator(IPUEstimator):
             raise ValueError(f"The last computational stage must return exactly one prediction tensor, but got "
                              f"{len(outputs)}")
         return outputs[0]
+
+
+def _metrics(metrics_fn: Callable[..., Any], graph: Any, sess: Session, outputs: Any) -> dict[str, Any]:
+    """``eval_metrics_fn`` run on the host over every evaluated micro-batch's outputs."""
+    with graph.as_default(), device("cpu"):
+        if isinstance(outputs, dict):
+            metrics = metrics_fn(**{k: convert_to_tensor(v) for k, v in outputs.items()})
+        else:
+            metrics = metrics_fn(*[convert_to_tensor(v) for v in outputs])
+        if not isinstance(metrics, dict):
+            raise TypeError(f"The `eval_metrics_fn` must return a dict, but got {type(metrics)}.")
+        if "loss" not in metrics:
+            raise KeyError("The dict returned from `eval_metrics_fn` must contain 'loss'.")
+        values = {k: v[0] if isinstance(v, tuple) else api.reduce_mean(convert_to_tensor(v))
+                  for k, v in metrics.items()}
+        updates = [v[1] for v in metrics.values() if isinstance(v, tuple)]
+        init = graph_ops.variables_initializer(graph_ops.local_variables())
+    sess.run(init)
+    sess.run(updates)
+    return {k: np.asarray(v)[()] for k, v in sess.run(values).items()}
 
 
 def _concatenated(runs: list[Any], replicas: int) -> Any:

@@ -9,6 +9,7 @@ applications) and clears them, inside a ``tf.cond``, so a compiled loop of steps
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from typing import Any
 
@@ -85,9 +86,8 @@ class GradientAccumulator:
             return tf.constant(True)
 
         trace = current_trace()
-        if trace is None:
-            return tf.cond(tf.equal(count, self.steps), apply, lambda: tf.constant(False))
-        with trace.marking("if", weight_update_every=self.steps):  # a pipeline's estimate counts it once per group
+        # a pipeline's estimate counts the weight update once per group of steps
+        with trace.marking("if", weight_update_every=self.steps) if trace is not None else contextlib.nullcontext():
             return tf.cond(tf.equal(count, self.steps), apply, lambda: tf.constant(False))
 
     def accumulate(self, grads_and_vars: Any) -> tuple[list[Any], Any]:

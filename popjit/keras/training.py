@@ -501,30 +501,25 @@ class TrainingAPI:
             raise ValueError(f"Each stage must be mapped to an IPU: {len(mapping)} mappings != {count} stages")
         return (max(mapping) if mapping else count - 1) + 1
 
+    def _stage_mapping(self) -> list[int]:
+        """The IPU of each pipeline stage: ``device_mapping``, else stage ``i`` on IPU ``i``."""
+        count = max(s for s in self._stages() if s is not None) + 1
+        return (getattr(self, "_pipelining", None) or {}).get("device_mapping") or list(range(count))
+
     def _stage_ipus(self) -> dict[int, int]:
         """The IPU of each pipelined layer call, by the id of its node (functional models) or of its layer."""
-        mapping = (getattr(self, "_pipelining", None) or {}).get("device_mapping")
-        out = {}
-        for (_, layer, _, node), stage in zip(self._stage_calls(), self._stages()):
-            if stage is not None:
-                out[id(node if node is not None else layer)] = mapping[stage] if mapping else stage
-        return out
-
-    def _stage_device(self, stage: int) -> int:
-        """The IPU of pipeline stage ``stage`` (negative: from the end)."""
-        count = max(s for s in self._stages() if s is not None) + 1
-        mapping = (getattr(self, "_pipelining", None) or {}).get("device_mapping") or list(range(count))
-        return mapping[stage]
+        mapping = self._stage_mapping()
+        return {id(node if node is not None else layer): mapping[stage]
+                for (_, layer, _, node), stage in zip(self._stage_calls(), self._stages()) if stage is not None}
 
     def _pipeline_marker(self, mode: str) -> tuple[str, tuple[int, ...], bool, int]:
         """What the schedule needs of the pipelined device loop of ``mode``: its pipeline schedule, the IPU of
         each stage, whether backward passes recompute, and the steps per weight update (0: inference)."""
-        count = max(s for s in self._stages() if s is not None) + 1
         schedule = (getattr(self, "_pipelining", None) or {}).get("schedule")
         name = ("Grouped", "Interleaved", "Sequential")[0 if schedule is None else int(schedule)]
         training = mode == "train"
         accumulator = getattr(self, "_accumulator", None)
-        return (name, tuple(self._stage_device(s) for s in range(count)),
+        return (name, tuple(self._stage_mapping()),
                 training and bool(devices.configured_option("allow_recompute", False)),
                 accumulator.steps if training and accumulator is not None else 0)
 
@@ -708,7 +703,7 @@ class TrainingAPI:
                 trace = current_trace()
                 trace.use_shard(shards - 1)  # a pipelined model's program spans one IPU per stage
                 # its layer calls go on their stage's IPU, and the IPUs overlap its steps (micro-batches)
-                with pipelining.placing(self._stage_ipus(), self._stage_device(-1)), \
+                with pipelining.placing(self._stage_ipus(), self._stage_mapping()[-1]), \
                         trace.marking("while", pipeline=self._pipeline_marker(mode)):
                     control_flow.for_range(0, steps, 1, one_step, [])
 

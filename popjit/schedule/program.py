@@ -12,6 +12,7 @@ are that sum, and a profile's execution trace walks the same order.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -280,8 +281,9 @@ class Pipeline(Repeat):
             return 1
         return 2 * (stages - 1 - stage) + 1 if self.schedule == "Grouped" else stages - stage
 
-    @property
+    @functools.cached_property
     def work(self) -> StageWork:
+        """Per-IPU cycles of one micro-batch: walked once (the body's steps do not change after it is built)."""
         w = StageWork(recompute=self.recompute)
         w.add(self.body, 1)
         return w
