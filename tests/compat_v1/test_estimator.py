@@ -200,3 +200,28 @@ def test__warm_start_from__a_checkpoint_directory(tmp_path: Path) -> None:
     assert not np.allclose(warm.get_variable_value("w"), w)  # it trained on from there
     with pytest.raises(UnimplementedError, match=r"warm_start_from=WarmStartSettings"):
         ipu_estimator.IPUEstimator(_model_fn, config=config, warm_start_from=object())
+
+
+def test__host_call__errors(tmp_path: Path, fresh_ipu_system: Any) -> None:
+    def model_fn(features: Any, labels: Any, mode: str, params: dict[str, Any]) -> Any:
+        spec = _model_fn(features, labels, mode, {"cross_replica": True})
+        return ipu_estimator.IPUEstimatorSpec(mode, loss=spec.loss, train_op=spec.train_op,
+                                              host_call=(params["host"], [spec.loss]))
+
+    def estimator(replicas: int = 1, **params: Any) -> Any:
+        cfg = IPUConfig()
+        cfg.auto_select_ipus = replicas
+        config = ipu_run_config.RunConfig(ipu_run_config=ipu_run_config.IPURunConfig(
+            iterations_per_loop=1, ipu_options=cfg, num_replicas=replicas), model_dir=str(tmp_path / f"m{replicas}"))
+        return ipu_estimator.IPUEstimator(model_fn, config=config, params=params)
+
+    with pytest.raises(TypeError, match=r"`host_call` return value must be Operation or Tensor, given: 3"):
+        estimator(host=lambda loss: 3).train(_input(repeat=True), steps=1)
+    with pytest.raises(UnimplementedError, match=r"host_call=\.\.\.\) on several replicas"):
+        estimator(2, host=lambda loss: loss).train(_input(repeat=True), steps=1)
+    with pytest.raises(ValueError, match=r"warm_start_from: no checkpoint in"):
+        config = ipu_run_config.RunConfig(ipu_run_config=ipu_run_config.IPURunConfig(iterations_per_loop=4),
+                                          model_dir=str(tmp_path / "c"))
+        (tmp_path / "empty").mkdir()
+        ipu_estimator.IPUEstimator(_model_fn, config=config, warm_start_from=str(tmp_path / "empty")).evaluate(
+            _input(repeat=False))
