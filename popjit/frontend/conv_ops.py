@@ -114,6 +114,12 @@ def _check_rank(x: Tensor, rank: int, op: str) -> None:
 
 
 # -- convolution -------------------------------------------------------------------------------------------
+def convolution_matmul(a: Tensor, b: Tensor, transpose_b: bool = False) -> Tensor:
+    """``a @ b`` of a convolution's patches and filters: a matmul the IPU planner plans with
+    ``IPUConfig.convolutions.poplar_options`` (and so are its gradients)."""
+    return apply_op("matmul", [a, b], transpose_b=transpose_b, convolution=True)
+
+
 def _convolve(x: Tensor, filters: Tensor, strides: tuple[int, ...], pads: Pads, dilations: tuple[int, ...],
               op: str) -> Tensor:
     """Channels-last convolution: ``x [N, *S, Cin]``, ``filters [*K, Cin / groups, Cout]``."""
@@ -130,12 +136,12 @@ def _convolve(x: Tensor, filters: Tensor, strides: tuple[int, ...], pads: Pads, 
     n, out = x.shape.as_list()[0], patches.shape.as_list()[1:1 + len(window)]
     rows, k = n * math.prod(out), math.prod(window)
     if groups == 1:
-        y = math_ops.matmul(array_ops.reshape(patches, [rows, k * cin]), array_ops.reshape(filters, [k * cin, cout]))
+        y = convolution_matmul(array_ops.reshape(patches, [rows, k * cin]), array_ops.reshape(filters, [k * cin, cout]))
         return array_ops.reshape(y, [n, *out, cout])
     grouped = array_ops.transpose(array_ops.reshape(patches, [rows, k, groups, cg]), [2, 0, 1, 3])
     w = array_ops.transpose(array_ops.reshape(filters, [k, cg, groups, cout // groups]), [2, 0, 1, 3])
-    y = math_ops.matmul(array_ops.reshape(grouped, [groups, rows, k * cg]),
-                        array_ops.reshape(w, [groups, k * cg, cout // groups]))
+    y = convolution_matmul(array_ops.reshape(grouped, [groups, rows, k * cg]),
+                           array_ops.reshape(w, [groups, k * cg, cout // groups]))
     return array_ops.reshape(array_ops.transpose(y, [1, 0, 2]), [n, *out, cout])
 
 
@@ -205,8 +211,8 @@ def conv_transpose(input: Any, filters: Any, output_shape: Any, strides: Any = 1
                                    f"convolution of an output of shape {shape} gives ({expected})"
                                    f"{where(user_location(2))}")
     rows, k = x.shape.as_list()[0] * math.prod(out), math.prod(window)
-    cols = math_ops.matmul(array_ops.reshape(x, [rows, x.shape.as_list()[-1]]),
-                           array_ops.reshape(convert_to_tensor(w, dtype=x.dtype), [k * cout, -1]), transpose_b=True)
+    cols = convolution_matmul(array_ops.reshape(x, [rows, x.shape.as_list()[-1]]),
+                              array_ops.reshape(convert_to_tensor(w, dtype=x.dtype), [k * cout, -1]), transpose_b=True)
     patches = array_ops.reshape(cols, [x.shape.as_list()[0], *out, *window, cout])
     return _to_first(patches_transpose(patches, spatial, window, s, d, pads), last)
 

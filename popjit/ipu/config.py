@@ -48,7 +48,7 @@ from popjit.ipu._options import (  # noqa: F401  (re-exported: they were defined
 from popjit.pipeline import cache
 from popjit.runtime import device as devices
 from popjit.runtime import instances
-from popjit.schedule.target import VERSIONS
+from popjit.schedule.target import DEFAULT_PLAN_OPTIONS, VERSIONS, PlanOptions
 
 log = logging.getLogger("popjit")
 
@@ -327,6 +327,8 @@ class SystemPlan:
     tiles_per_ipu: int
     ipu_model: bool
     numerics: Numerics = DEFAULT
+    matmul_options: PlanOptions = DEFAULT_PLAN_OPTIONS
+    convolution_options: PlanOptions = DEFAULT_PLAN_OPTIONS
 
 
 def _as_list(value: int | list[int] | tuple[int, ...]) -> list[int]:
@@ -420,6 +422,34 @@ def _check_poplar_options(cfg: IPUConfig) -> None:
                                     f"{k!r}: {v!r}. Write e.g. {{'availableMemoryProportion': '0.3'}}.")
 
 
+#: The PopLibs matmul/convolution options popjit's planner takes (``schedule.matmul_plan``).
+PLANNER_OPTIONS = ("availableMemoryProportion", "partialsType")
+
+
+def planner_options(options: dict[str, str], where: str) -> PlanOptions:
+    """The planner's options from a ``poplar_options`` dict (PopLibs' names and string values):
+    ``availableMemoryProportion`` (a number from 0 to 1) and ``partialsType`` (``half`` or ``float``).
+    Any other option raises ``UnimplementedError`` naming it; a bad value ``InvalidArgumentError``."""
+    for name in options:
+        if name not in PLANNER_OPTIONS:
+            raise UnimplementedError(
+                f"{where}: the PopLibs option {name!r} is not implemented by popjit: its matmul and convolution "
+                f"planner takes {' and '.join(PLANNER_OPTIONS)} only. Remove {name!r}.")
+    proportion = DEFAULT_PLAN_OPTIONS.available_memory_proportion
+    if "availableMemoryProportion" in options:
+        raw = options["availableMemoryProportion"]
+        try:
+            proportion = float(raw)
+        except ValueError:
+            proportion = float("nan")
+        if not 0.0 <= proportion <= 1.0:
+            raise InvalidArgumentError(f"{where}: availableMemoryProportion must be a number from 0 to 1, not {raw!r}.")
+    partials = options.get("partialsType", "float")
+    if partials.lower() not in ("half", "float"):
+        raise InvalidArgumentError(f"{where}: partialsType must be 'half' or 'float', not {partials!r}.")
+    return PlanOptions(proportion, partials.lower() == "half")
+
+
 def _device_counts(cfg: IPUConfig) -> tuple[int, ...]:
     if _as_list(cfg.select_ipus):
         return _selected_counts(_as_list(cfg.select_ipus))
@@ -487,7 +517,8 @@ def plan(cfg: IPUConfig, flags: Any = None) -> SystemPlan:
     counts = _device_counts(cfg)
     _check_replica_identity(cfg, counts)
     return SystemPlan(counts, _target_version(cfg, model), _tiles_per_ipu(cfg, flags.ipu_model_tiles), model,
-                      _numerics(cfg))
+                      _numerics(cfg), planner_options(cfg.matmuls.poplar_options, "matmuls.poplar_options"),
+                      planner_options(cfg.convolutions.poplar_options, "convolutions.poplar_options"))
 
 
 def _check_replica_identity(cfg: IPUConfig, counts: tuple[int, ...]) -> None:
@@ -524,7 +555,8 @@ def _is_active(p: SystemPlan, cfg: IPUConfig) -> bool:
     system = devices.system()
     if not devices.is_configured() or system.options is None or system.options.to_dict() != cfg.to_dict():
         return False
-    wanted = devices.device_targets(list(p.counts), p.version, p.tiles_per_ipu, p.ipu_model)
+    wanted = devices.device_targets(list(p.counts), p.version, p.tiles_per_ipu, p.ipu_model, p.matmul_options,
+                                    p.convolution_options)
     return [d.target for d in system.devices] == wanted and all(d.numerics == p.numerics for d in system.devices)
 
 
@@ -552,7 +584,7 @@ def configure_ipu_system(config: IPUConfig, device: str = "cpu", reset_configura
     if not p.counts:
         log.warning("The IPUConfig sets neither auto_select_ipus nor select_ipus, so no IPU device was attached.")
     devices.configure(list(p.counts), p.version, p.tiles_per_ipu, p.ipu_model, snapshot, p.numerics,
-                      snapshot.device_connection.type.name)
+                      snapshot.device_connection.type.name, p.matmul_options, p.convolution_options)
 
 
 def reset_ipu_configuration() -> None:

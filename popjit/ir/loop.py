@@ -482,6 +482,7 @@ class MatMul(Stmt):
     b_batch_stride: int
     alpha: float = 1.0
     beta: float = 0.0
+    convolution: bool = False  # a convolution's product: planned with the convolution options
     visit_method: ClassVar[str] = "visit_matmul"
 
     def reads(self) -> set[Buffer]:

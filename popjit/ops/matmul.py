@@ -27,7 +27,7 @@ def _mk(a: Aval, ta: bool) -> tuple[int, int]:
     return (k, m) if ta else (m, k)
 
 
-def _infer(a: Aval, b: Aval, transpose_a: bool = False, transpose_b: bool = False) -> Aval:
+def _infer(a: Aval, b: Aval, transpose_a: bool = False, transpose_b: bool = False, convolution: bool = False) -> Aval:
     dtype = same_dtype("MatMul", a, b)
     check_dtype("matmul", dtype, ALLOWED)
     if a.ndim < 2 or b.ndim < 2:
@@ -44,7 +44,8 @@ def _infer(a: Aval, b: Aval, transpose_a: bool = False, transpose_b: bool = Fals
     return Aval((*batch, m, n), dtype)
 
 
-def _reference(a: np.ndarray, b: np.ndarray, transpose_a: bool = False, transpose_b: bool = False) -> np.ndarray:
+def _reference(a: np.ndarray, b: np.ndarray, transpose_a: bool = False, transpose_b: bool = False,
+               convolution: bool = False) -> np.ndarray:
     if transpose_a:
         a = np.swapaxes(a, -1, -2)
     if transpose_b:
@@ -93,7 +94,8 @@ def _lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
     k = args[0].shape[-2] if ta else args[0].shape[-1]
     res = ctx.new_temp(out.shape, out.dtype, "matmul")
     nbatch = int(np.prod(batch, dtype=np.int64)) if batch else 1
-    ctx.emit(MatMul(ctx.name("matmul", ()), res, a, b, nbatch, m, n, k, ta != a_t, tb != b_t, a_bs, b_bs))
+    ctx.emit(MatMul(ctx.name("matmul", ()), res, a, b, nbatch, m, n, k, ta != a_t, tb != b_t, a_bs, b_bs,
+                    convolution=bool(node.attrs.get("convolution", False))))
     return [Lazy.of_buffer(res, out.shape)]
 
 
@@ -101,9 +103,12 @@ register(OpDef("matmul", MATMUL, _infer, _reference, _lower, doc="tf.linalg.matm
 
 
 def _matmul_vjp(t: Any, primals: list, outputs: list, cts: list, transpose_a: bool = False,
-                transpose_b: bool = False) -> list[Any]:
-    """dA = dC Bᵀ, dB = Aᵀ dC (with the transposes folded in), summed over broadcast batch axes."""
+                transpose_b: bool = False, convolution: bool = False) -> list[Any]:
+    """dA = dC Bᵀ, dB = Aᵀ dC (with the transposes folded in), summed over broadcast batch axes. A
+    convolution's gradients are convolutions too (they plan with the convolution options)."""
     (a, b), (ct,) = primals, cts
+    if convolution:
+        t = _ConvolutionGradOps(t)
     if transpose_a:
         ga = t.matmul(b, ct, transpose_a=transpose_b, transpose_b=True)
     else:
@@ -113,6 +118,20 @@ def _matmul_vjp(t: Any, primals: list, outputs: list, cts: list, transpose_a: bo
     else:
         gb = t.matmul(a, ct, transpose_a=not transpose_a)
     return [t.unbroadcast(ga, t.shape_of(a)), t.unbroadcast(gb, t.shape_of(b))]
+
+
+class _ConvolutionGradOps:
+    """Gradient ops whose matmuls are marked as convolutions."""
+
+    def __init__(self, ops: Any) -> None:
+        self._ops = ops
+
+    def matmul(self, a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False) -> Any:
+        return self._ops.apply_op("matmul", [a, b], transpose_a=transpose_a, transpose_b=transpose_b,
+                                  convolution=True)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ops, name)
 
 
 REGISTRY["matmul"].vjp = _matmul_vjp

@@ -36,7 +36,7 @@ from popjit.errors import InternalError, InvalidArgumentError, UnimplementedErro
 from popjit.flags import poplar_flags
 from popjit.runtime import instances
 from popjit.runtime.replicas import ReplicaStore, ReplicaView, deliver_replicated, run_alone, run_replicated
-from popjit.schedule.target import Target, make_target
+from popjit.schedule.target import DEFAULT_PLAN_OPTIONS, PlanOptions, Target, make_target
 from popjit.source import where
 
 log = logging.getLogger("popjit")
@@ -238,9 +238,11 @@ def configured_option(name: str, default: Any) -> Any:
 
 
 def device_targets(counts: list[int], version: str = "ipu2", tiles_per_ipu: int = 0,
-                   ipu_model: bool = False) -> list[Target]:
+                   ipu_model: bool = False, matmul_options: PlanOptions = DEFAULT_PLAN_OPTIONS,
+                   convolution_options: PlanOptions = DEFAULT_PLAN_OPTIONS) -> list[Target]:
     """The target of each device ``configure`` would attach (one per entry of ``counts``, IPUs per
-    device), after the checks it makes: ``InvalidArgumentError`` for more IPUs than the virtual system
+    device; the planner's options of ``IPUConfig.matmuls``/``convolutions``), after the checks it makes:
+    ``InvalidArgumentError`` for more IPUs than the virtual system
     has, or a device whose IPU count is not a power of two. Nothing changes."""
     total = sum(counts)
     available = config.get("NUM_IPUS")
@@ -253,7 +255,7 @@ def device_targets(counts: list[int], version: str = "ipu2", tiles_per_ipu: int 
             raise InvalidArgumentError(
                 f"Could not find a device with {n} IPUs: multi-IPU devices have a power-of-two number of IPUs."
             )
-    return [make_target(version, tiles_per_ipu, n, ipu_model) for n in counts]
+    return [make_target(version, tiles_per_ipu, n, ipu_model, matmul_options, convolution_options) for n in counts]
 
 
 def default_target(version: str = "ipu2", tiles_per_ipu: int = 0) -> Target:
@@ -312,11 +314,13 @@ def _sharded_target(target: Target, shards: int, replicas: int) -> Target:
 
 
 def configure(counts: list[int], version: str = "ipu2", tiles_per_ipu: int = 0, ipu_model: bool = False,
-              options: Any = None, numerics: Numerics = DEFAULT, connection: str = "ALWAYS") -> list[VirtualDevice]:
+              options: Any = None, numerics: Numerics = DEFAULT, connection: str = "ALWAYS",
+              matmul_options: PlanOptions = DEFAULT_PLAN_OPTIONS,
+              convolution_options: PlanOptions = DEFAULT_PLAN_OPTIONS) -> list[VirtualDevice]:
     """Make one virtual device per entry of ``counts`` (IPUs per device); their programs compile with
     ``numerics`` (``IPUConfig.floating_point_behaviour``). ``connection``: the name of their
     ``DeviceConnectionType`` (``ALWAYS`` attaches them now)."""
-    targets = device_targets(counts, version, tiles_per_ipu, ipu_model)
+    targets = device_targets(counts, version, tiles_per_ipu, ipu_model, matmul_options, convolution_options)
     if _system.devices:
         log.info("Resetting existing IPU configuration before applying new configuration")
     devices, first = [], 0

@@ -109,6 +109,7 @@ class ComputeSet:
     index: int = -1  # position in the schedule's step list
     ipu: int = 0  # the IPU of a multi-IPU program it runs on (an inter-IPU copy: the receiving one)
     backward: bool = False  # part of a gradient computation
+    passes: int = 1  # a matmul's serial passes: its steps run this many times in a row (a Repeat)
 
     @property
     def tiles(self) -> int:
@@ -267,7 +268,8 @@ class Builder:
         if key not in self.plans:
             self.plans[key] = plan_matmul(mm.batch, mm.m, mm.n, mm.k, mm.a.dtype, self.target,
                                           mm.batch > 1 and mm.a_batch_stride == 0,
-                                          mm.batch > 1 and mm.b_batch_stride == 0)
+                                          mm.batch > 1 and mm.b_batch_stride == 0,
+                                          self.target.plan_options(mm.convolution), mm.name)
         return self.plans[key]
 
     def operand_layout(self, mm: MatMul, which: str) -> Blocked:
@@ -576,56 +578,85 @@ class Builder:
 
     # -- matmul ----------------------------------------------------------------------------------
     def matmul(self, mm: MatMul) -> list[ComputeSet]:
+        """One pass of a matmul's plan: the partial products (``Conv1x1``) and, when the depth is split,
+        their reduction (``Reduce``); a plan of several serial passes runs these steps once per pass
+        (their ``passes``), each pass on its share of the output columns."""
         T = self.target.tiles
         plan = self.plan(mm)
         for buf in (mm.a, mm.b):
             if not self.mapped(buf):
                 self.allocate_for_matmul(buf, mm)
-        ex_in = (self._operand_exchange(mm.a, self.operand_layout(mm, "a"))
-                 + self._operand_exchange(mm.b, self.operand_layout(mm, "b")))
+        first, second = ("b", "a") if plan.swapped else ("a", "b")  # the product's operands
+        ex_first = self._operand_exchange(getattr(mm, first), self.operand_layout(mm, first))
+        if plan.bN % 2 == 0:
+            ex_first = ex_first.supertile_paired()
+        ex_second = self._operand_exchange(getattr(mm, second), self.operand_layout(mm, second))
+        ex_in = ex_first + ex_second.divided(plan.serial)
         blocks = tile_blocks(plan, T)
-        g, m, n, k = blocks["g"], blocks["m"], blocks["n"], blocks["k"]
+        g, m, k = blocks["g"], blocks["m"], blocks["k"]
+        n = np.minimum(blocks["n"], plan.n_pass) if plan.serial > 1 else blocks["n"]
         dtype = mm.a.dtype
         units, inch = self.target.conv_units(dtype), self.target.amp_in_channels(dtype)
+        pbytes = plan.partial_bytes
         if dtype.is_floating:
             compute = cost.conv_partial_cycles(m, cost.ceil_div(n, units), cost.ceil_div(k, inch), g,
-                                               dtype == dtypes.float16, units, inch, self.target.workers)
-            codelet = f"poplin::ConvPartial1x1Out<{_t(dtype)},float,{units}>"
+                                               dtype == dtypes.float16, units, inch, self.target.workers,
+                                               half_partials=plan.half_partials)
+            codelet = f"poplin::ConvPartial1x1Out<{_t(dtype)},{'half' if plan.half_partials else 'float'},{units}>"
             kind, code_key = "matmul", "ConvPartial1x1Out"
         else:
             compute = cost.int_matmul_cycles(m, n, k, g)
             codelet, kind, code_key = f"popjit::MatMulInt<{_t(dtype)}>", "matmul", "MatMulInt"
         busy = (m > 0) & (n > 0)
-        partials = g * m * n * 4
+        partials = g * m * n * pbytes
         multi = plan.bK > 1
         out_layout = output_layout(plan)
         ex_out = self._result_exchange(mm.out, out_layout)
+        ex_out = ex_out.divided(plan.serial) if ex_out is not None else None
         cs1 = ComputeSet(
             f"{mm.name}/Conv1x1" if multi else mm.name, kind, {codelet: busy.astype(np.int64)}, compute, ex_in,
             self.target, None if multi else ex_out,
             temp_bytes=ex_in.bytes_in + (partials if multi or dtype == dtypes.float16 else 0),
             state_bytes=busy * cost.STATE_BYTES[code_key], code_bytes={codelet: cost.CODE_BYTES[code_key]},
-            elements=g * m * n, flops=2 * mm.batch * mm.m * mm.n * mm.k,
+            elements=g * m * n, flops=2 * mm.batch * mm.m * mm.n * mm.k // plan.serial,
             reads=frozenset({mm.a.uid, mm.b.uid}), writes=frozenset() if multi else frozenset({mm.out.uid}),
-            note=plan.describe(),
+            note=plan.describe(), passes=plan.serial,
         )
         if not multi:
             return [cs1]
-        rows = blocks["red_rows"]
-        outs = rows * n * g
-        bytes_in = (plan.bK - 1) * outs * 4
-        bytes_out = (m - rows) * n * g * 4
-        msgs = np.where(busy, plan.bK - 1, 0)
-        ex2 = Exchange(bytes_in, bytes_out, msgs, msgs)
-        codelet2 = "poplin::ReduceAdd<float,float>"
-        cs2 = ComputeSet(
-            f"{mm.name}/Reduce", "matmul-reduce", {codelet2: (outs > 0).astype(np.int64)},
-            cost.reduce_add_cycles(outs, plan.bK, self.target.workers), ex2, self.target, ex_out,
-            temp_bytes=partials + bytes_in, state_bytes=(outs > 0) * cost.STATE_BYTES["ReduceAdd"],
-            code_bytes={codelet2: cost.CODE_BYTES["ReduceAdd"]}, elements=outs, flops=int((outs * plan.bK).sum()),
-            reads=frozenset(), writes=frozenset({mm.out.uid}), note=f"{plan.bK} partials per output",
-        )
-        return [cs1, cs2]
+        return [cs1, *self._matmul_reduce(mm, plan, blocks["red_rows"] * n * g, m * n * g, busy, partials, ex_out)]
+
+    def _matmul_reduce(self, mm: MatMul, plan: MatMulPlan, outs: np.ndarray, held: np.ndarray, busy: np.ndarray,
+                       partials: np.ndarray, ex_out: Exchange | None) -> list[ComputeSet]:
+        """The reduction of a depth-split matmul's partials, one compute set per stage (PopLibs' multi-stage
+        reduce, ``cost.reduce_stages``): a tile sums ``outs`` final outputs (times the partial products left
+        after the stage), receiving the other tiles' partials of them; the last stage writes the output."""
+        pbytes = plan.partial_bytes
+        acc = "half" if plan.half_partials else "float"
+        codelet = f"poplin::ReduceAdd<{_t(mm.out.dtype)},{acc}>"
+        stages = [(int(d[0]), int(left[0])) for d, left in cost.reduce_stages(np.array([plan.bK]))]
+        stages = [(d, left) for d, left in stages if d > 1]
+        steps = []
+        for i, (depth, left) in enumerate(stages):
+            last = i == len(stages) - 1
+            produced = outs * left
+            bytes_in = (depth - 1) * produced * pbytes
+            bytes_out = np.maximum(held - produced, 0) * pbytes  # the partials this tile does not sum
+            msgs = np.where(busy, depth - 1, 0)
+            name = f"{mm.name}/Reduce" if last else f"{mm.name}/Reduce/Stage{i}"
+            steps.append(ComputeSet(
+                name, "matmul-reduce", {codelet: (produced > 0).astype(np.int64)},
+                cost.reduce_add_cycles(produced, depth, self.target.workers, plan.half_partials),
+                Exchange(bytes_in, bytes_out, msgs, msgs), self.target, ex_out if last else None,
+                temp_bytes=partials + bytes_in, state_bytes=(produced > 0) * cost.STATE_BYTES["ReduceAdd"],
+                code_bytes={codelet: cost.CODE_BYTES["ReduceAdd"]}, elements=produced,
+                flops=int((produced * depth).sum()), reads=frozenset(),
+                writes=frozenset({mm.out.uid}) if last else frozenset(),
+                note=f"{depth} partials per output" + ("" if last else f", {left} partial products left"),
+                passes=plan.serial,
+            ))
+            held = produced
+        return steps
 
     def _operand_exchange(self, buf: Buffer, need: Blocked) -> Exchange:
         """Bytes each plan tile receives of the operand block it multiplies (§4.2)."""

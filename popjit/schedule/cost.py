@@ -216,33 +216,43 @@ def reduce_tile_cycles(op: str, fam: str, elements: Array, outputs: Array, worke
 # Matmul (§3.6, §3.5 ReduceAdd)
 
 
+def _amp_worker_cycles(e: np.ndarray, half: bool, zeroing: bool, conv_units: int, half_partials: bool) -> np.ndarray:
+    """One worker's thread cycles in ``ConvPartial1x1Out`` for ``e`` output rows [V, PopLibs 3.x
+    ``getConvPartial1x1SupervisorInnerLoopCycleEstimate``], state retention included."""
+    z = int(zeroing)
+    idx = np.clip(e, 0, 3)
+    if not half:  # float in, float partials: 8 cycles a row; zeroing 8 a row with 16 units, else 4
+        zc = 8 if conv_units == 16 else 4
+        small = np.array([24, 47 + (2 + zc) * z, 46 + (2 + 2 * zc) * z, 0])[idx]
+        return np.where(e < 3, small, 46 + (2 + zc * e) * z + (e - 3) * 8)
+    if conv_units == 16 or not half_partials:  # the common half path (16 units or float partials)
+        extra = 1 if zeroing else 2
+        small = np.array([20 + extra, 31 + extra, 40 + extra, 0])[idx]
+        return np.where(e < 3, small, (37 if zeroing else 38) + (e - 3) * 4) - 7
+    small = np.array([24, 39 + 4 * z, 40 + 6 * z, 0])[idx]  # half partials on 8 units
+    return np.where(e < 3, small, 41 + (2 + 2 * e) * z + (e - 3) * 4)
+
+
 def conv_partial_cycles(rows: Array, out_groups: Array, in_groups: Array, conv_groups: Array, half: bool,
-                        conv_units: int, in_chans: int, workers: int = 6, coeff_load_bytes: int = 16) -> Array:
+                        conv_units: int, in_chans: int, workers: int = 6, coeff_load_bytes: int = 16,
+                        half_partials: bool = False) -> Array:
     """``poplin::ConvPartial1x1Out`` (SupervisorVertex) tile cycles for a per-tile matmul of
     ``rows`` rows, ``out_groups`` groups of ``conv_units`` output columns and ``in_groups`` groups
     of ``in_chans`` input columns, ``conv_groups`` times (batched matmul) [V].
 
-    Worker inner loop (``e`` rows per worker): half ``37/38 + (e-3) x 4 - 7`` (small cases 21/32/41);
-    float ``46 + zeroing (2 + e) [U] + (e-3) x 8``. Tile inner ``6 x worker + 14``. Outer:
-    ``50 + 6 x retention + G x {13 + (IG-1)[15 + OG(19 + 6 + loads + inner)] + 11 + OG(18 + 7 +
-    loads + inner)}``, ``loads = units x in_chans x bytes / 16`` (128-bit coefficient loads [U]).
+    Each worker takes ``e = ceil(rows / W)`` rows (:func:`_amp_worker_cycles`); the tile's inner loop
+    is ``W x worker + 14``, the first input group zeroing the partials. Outer:
+    ``50 + W x retention + G x {13 + (IG-1)[15 + OG(19 + 6 + loads + inner)] + 11 + OG(18 + 7 + loads +
+    inner_zeroing)}``, ``loads = units x in_chans x bytes / 16`` (128-bit coefficient loads [U]).
     """
     e = ceil_div(rows, workers)
-    if half:
-        small_zero, small_nz = np.array([21, 32, 41]), np.array([22, 33, 42])
-        idx = np.clip(e, 0, 2)
-        zero = np.where(e < 3, small_zero[idx], 37 + (e - 3) * 4 - 7)
-        nozero = np.where(e < 3, small_nz[idx], 38 + (e - 3) * 4 - 7)
-        retention, elem = 7, 2
-    else:
-        zero = np.maximum(46 + 2 + e + (e - 3) * 8, 30)
-        nozero = np.maximum(46 + (e - 3) * 8, 30)
-        retention, elem = 0, 4
-    inner_zero, inner_nz = workers * zero + 14, workers * nozero + 14
-    loads = conv_units * in_chans * elem // coeff_load_bytes
+    inner_zero = workers * _amp_worker_cycles(e, half, True, conv_units, half_partials) + 14
+    inner_nz = workers * _amp_worker_cycles(e, half, False, conv_units, half_partials) + 14
+    retention = 7 if half and (conv_units == 16 or not half_partials) else 0
+    loads = conv_units * in_chans * (2 if half else 4) // coeff_load_bytes
     og, ig = np.asarray(out_groups), np.asarray(in_groups)
     per_group = (13 + (ig - 1) * (15 + og * (19 + 6 + loads + inner_nz)) + 11 + og * (18 + 7 + loads + inner_zero))
-    return np.where(np.asarray(rows) > 0, 50 + 6 * retention + np.asarray(conv_groups) * per_group, 0)
+    return np.where(np.asarray(rows) > 0, 50 + workers * retention + np.asarray(conv_groups) * per_group, 0)
 
 
 def reduce_add_cycles(outputs: Array, partials: Array, workers: int = 6, half_partials: bool = False) -> Array:
@@ -251,6 +261,25 @@ def reduce_add_cycles(outputs: Array, partials: Array, workers: int = 6, half_pa
     acc, ppd = (8, 4) if half_partials else (4, 2)
     loops = ceil_div(outputs, acc * workers)
     return np.where(np.asarray(outputs) > 0, workers * (32 + ((acc // ppd + 1) * np.asarray(partials) + 8) * loops), 0)
+
+
+def reduce_stages(partials: Array) -> list[tuple[np.ndarray, np.ndarray]]:
+    """How PopLibs reduces ``partials`` partial products (``enableMultiStageReduce``, on by default) [V]:
+    one stage below 16 partials, two from 16, three from 125, each intermediate stage reducing groups of
+    ``ceil(partials^(1/stages))``, so each tile hears from fewer tiles (less exchange code). Three
+    ``(depth, left)`` pairs: the partials each output of the stage sums and how many partial products are
+    left after it; a stage of depth 1 does nothing."""
+    p = np.asarray(partials, dtype=np.int64)
+    n = np.where(p >= 125, 3, np.where(p >= 16, 2, 1))
+    factor = np.maximum(1, np.ceil(p ** (1.0 / n) - 1e-9).astype(np.int64))
+    stages, left = [], p
+    for s in range(3):
+        active, last = s < n, s == n - 1
+        depth = np.where(active, np.where(last, left, factor), 1)
+        after = np.where(active, np.where(last, 1, ceil_div(left, factor)), left)
+        stages.append((depth, after))
+        left = after
+    return stages
 
 
 def int_matmul_cycles(rows: Array, cols: Array, depth: Array, groups: Array) -> Array:
@@ -291,26 +320,28 @@ def copy_cycles(local_bytes: Array, memcpy_bytes_per_cycle: int = 8) -> Array:
 
 
 # ----------------------------------------------------------------------------------------------
-# Memory figures [U] (Graphcore publishes categories, not sizes; sanity data point §3.8: a
-# Dense(4096→1024) layer has ≈2.4 KB vertex code and ≈250 B exchange code per tile)
+# Memory figures [U] (Graphcore publishes categories, not sizes). The matmul codelets' code and state
+# sizes and the control code per step are calibrated on the one published profile (§2.10): a
+# Dense(4096→1024) layer, batch 16, fp32, has ≈2.4 KB vertex code, ≈124 B vertex state, ≈70 B
+# control code and ≈250 B exchange code per tile (tests/schedule/test_calibration.py)
 
 #: Code bytes of one codelet type on a tile (counted once per tile that uses it) [U].
 CODE_BYTES = {
     "elementwise1D": 320, "elementwise2D": 400, "fused_base": 200, "fused_per_op": 60,
     "fill": 150, "copy": 160, "reduce": 700, "scan": 500,
-    "ConvPartial1x1Out": 2400, "ReduceAdd": 900, "MatMulInt": 600,
+    "ConvPartial1x1Out": 1500, "ReduceAdd": 600, "MatMulInt": 600,
 }
 #: Vertex instance state [U]: 4 B per field pointer/size of a MultiVertex; a 2D worker vertex adds
 #: an 8 B vector-list descriptor entry per region per field; AMP and reduce vertices fixed sizes.
 STATE_FIELD_BYTES = 4
 STATE_REGION_BYTES = 8
-STATE_BYTES = {"ConvPartial1x1Out": 144, "ReduceAdd": 32, "reduce": 24, "MatMulInt": 48}
-#: Exchange code per exchange phase on a tile that sends or receives [U]: 4 + 3 instructions per
-#: message (setmux / send / receive), 4 B each.
+STATE_BYTES = {"ConvPartial1x1Out": 96, "ReduceAdd": 32, "reduce": 24, "MatMulInt": 48}
+#: Exchange code per exchange phase on a tile that sends or receives [U]: 4 instructions, plus one per
+#: message each way (a send, or a receive-mux switch), 4 B each (calibrated: ≈250 B per tile, §2.10).
 EXCHANGE_CODE_BASE_INSTRUCTIONS = 4
-EXCHANGE_CODE_PER_MESSAGE = 3
+EXCHANGE_CODE_PER_MESSAGE = 1
 #: Control code per program node on every tile [U], bytes.
-CONTROL_BYTES = {"Execute": 12, "Copy": 12, "Repeat": 16, "RepeatWhile": 32, "If": 24, "Sync": 4}
+CONTROL_BYTES = {"Execute": 20, "Copy": 20, "Repeat": 16, "RepeatWhile": 32, "If": 24, "Sync": 4}
 #: Copy descriptors of a Copy program per region per tile [U], bytes.
 COPY_DESCRIPTOR_BYTES = 8
 

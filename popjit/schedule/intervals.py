@@ -123,28 +123,54 @@ def merged_intervals(group: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple
 
 @dataclass
 class Exchange:
-    """Bytes and messages each tile receives and sends in one exchange phase."""
+    """Bytes and messages each tile receives and sends in one exchange phase. ``paired_in``: the part of
+    ``bytes_in`` the tile's supertile neighbour receives with it, which arrives at twice the rate (§3.8)."""
 
     bytes_in: np.ndarray
     bytes_out: np.ndarray
     msgs_in: np.ndarray
     msgs_out: np.ndarray
+    paired_in: np.ndarray | None = None
 
     @classmethod
     def zeros(cls, tiles: int) -> Exchange:
         return cls(*(np.zeros(tiles, np.int64) for _ in range(4)))
 
     def __add__(self, other: Exchange) -> Exchange:
+        paired = None
+        if self.paired_in is not None or other.paired_in is not None:
+            paired = self.paired + other.paired
         return Exchange(self.bytes_in + other.bytes_in, self.bytes_out + other.bytes_out,
-                        self.msgs_in + other.msgs_in, self.msgs_out + other.msgs_out)
+                        self.msgs_in + other.msgs_in, self.msgs_out + other.msgs_out, paired)
+
+    @property
+    def paired(self) -> np.ndarray:
+        return self.paired_in if self.paired_in is not None else np.zeros_like(self.bytes_in)
+
+    def supertile_paired(self) -> Exchange:
+        """This exchange with every received byte shared with the supertile neighbour."""
+        return Exchange(self.bytes_in, self.bytes_out, self.msgs_in, self.msgs_out, self.bytes_in.copy())
+
+    def divided(self, parts: int) -> Exchange:
+        """One of ``parts`` equal passes of this exchange (bytes rounded up; the same messages)."""
+        if parts == 1:
+            return self
+
+        def part(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else -(-a // parts)
+
+        return Exchange(part(self.bytes_in), part(self.bytes_out), self.msgs_in, self.msgs_out,
+                        part(self.paired_in))
 
     @property
     def any(self) -> bool:
         return bool(self.bytes_in.any() or self.bytes_out.any())
 
     def cycles(self, bytes_per_cycle: int) -> int:
-        """The phase's length: the busiest tile's ``max(sent, received) / rate`` (``docs/ipu_hardware.md`` §2.2)."""
-        busiest = np.maximum(self.bytes_in, self.bytes_out).max(initial=0)
+        """The phase's length: the busiest tile's ``max(sent, received) / rate``, a received byte shared with
+        the supertile neighbour counting half (``docs/ipu_hardware.md`` §2.2, §3.8)."""
+        received = self.bytes_in - self.paired // 2
+        busiest = np.maximum(received, self.bytes_out).max(initial=0)
         return int(-(-int(busiest) * 16 // (bytes_per_cycle * 16)))
 
 

@@ -2,24 +2,29 @@
 
 A batched matmul ``[G, M, K] @ [G, K, N]`` is split over tiles as ``bG x bM x bN x bK`` blocks:
 tile ``(g, i, j, l)`` computes the partial product of row block ``i``, column block ``j`` and
-depth block ``l`` with one ``ConvPartial1x1Out`` AMP vertex; when ``bK > 1`` a second compute
-set reduces the ``bK`` partials (``ReduceAdd``). Grains: rows 1, columns = AMP conv units, depth
-= AMP input channels (§4.1). Every candidate split is costed at once with NumPy:
+depth block ``l`` with one ``ConvPartial1x1Out`` AMP vertex; when ``bK > 1`` one compute set per
+reduce stage (``cost.reduce_stages``: 1 to 3) sums the ``bK`` partials (``ReduceAdd``). Grains: rows
+1, columns = AMP conv units, depth = AMP input channels (§4.1). Every candidate split is costed at once with NumPy:
 
-    cycles = sync + exchange(operands) + sync + AMP
-             [+ sync + exchange(partials) + sync + ReduceAdd]        (bK > 1)
-    temp   = operand blocks on the tile + float partials [+ received partials]
+    cycles = passes x (sync + exchange(operands) + sync + AMP
+                       [+ (sync + exchange(partials) + sync + ReduceAdd) per reduce stage])  (bK > 1)
+    temp   = operand blocks on the tile + partials [+ received partials]     (one pass)
 
-and the cheapest plan whose temporary memory fits ``available_memory_proportion x
-bytes_per_tile`` wins (ties: less memory). If none fits, the bound is doubled up to twice the
-tile memory, then dropped (poplin's fallback, §4.3). Operand layouts (``createMatMulInputLHS``
-style) put block ``(i, l)`` of A spread over the ``bN`` tiles that use it, and likewise for B.
+Tiles of a supertile that multiply the same block of A receive it at twice the rate (§3.8). The
+cheapest plan whose temporary memory fits ``availableMemoryProportion x bytes_per_tile`` wins (ties:
+less memory); when no single-pass plan fits, plans that make several serial passes over a tile's
+output columns are tried too (PopLibs' serial output-channel split: less memory, more cycles). If none
+fits, the bound is doubled up to twice the tile memory, then the plan of least memory is taken
+(poplin's fallback, §4.3, with a warning). Partials are float, or half with ``partialsType='half'``
+for half inputs. Operand layouts (``createMatMulInputLHS`` style) put block ``(i, l)`` of A spread
+over the ``bN`` tiles that use it, and likewise for B.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 
 import numpy as np
@@ -29,12 +34,18 @@ from popjit.dtypes import DType
 from popjit.schedule import cost
 from popjit.schedule.intervals import Exchange, split_runs, unique
 from popjit.schedule.mapping import TileMapping
-from popjit.schedule.target import Target
+from popjit.schedule.target import DEFAULT_PLAN_OPTIONS, PlanOptions, Target
+
+log = logging.getLogger("popjit")
 
 
 @dataclass(frozen=True)
 class MatMulPlan:
-    """A chosen split and its estimate. ``m, n, k, g`` are the largest per-tile block sizes."""
+    """A chosen split and its estimate. ``m, n, k, g`` are the largest per-tile block sizes; ``serial``
+    passes each take ``n_pass`` of a tile's ``n`` output columns (PopLibs' serial output-channel split),
+    so ``cycles`` covers every pass and ``temp_bytes`` is one pass's. A ``swapped`` plan computes
+    ``Cᵀ = Bᵀ Aᵀ`` (PopLibs' ``swapOperands`` transform): ``M`` and ``N`` are then the product's columns
+    and rows, and its operand ``a`` is the statement's ``b``."""
 
     G: int
     M: int
@@ -51,10 +62,19 @@ class MatMulPlan:
     k: int
     cycles: int
     temp_bytes: int
+    serial: int = 1
+    n_pass: int = 0
+    half_partials: bool = False
+    swapped: bool = False
 
     @property
     def tiles(self) -> int:
         return self.bG * self.bM * self.bN * self.bK
+
+    @property
+    def partial_bytes(self) -> int:
+        """Bytes of one partial product."""
+        return 2 if self.half_partials else 4
 
     def tile(self, gb: np.ndarray, i: np.ndarray, j: np.ndarray, l: np.ndarray) -> np.ndarray:
         """Tile of block ``(gb, i, j, l)``: output-column splits innermost (they share inputs on a
@@ -62,8 +82,10 @@ class MatMulPlan:
         return ((gb * self.bM + i) * self.bK + l) * self.bN + j
 
     def describe(self) -> str:
+        serial = f", {self.serial} serial passes of {self.n_pass} columns" if self.serial > 1 else ""
+        swapped = ", operands swapped (C^T = B^T A^T)" if self.swapped else ""
         return (f"split G{self.bG} x M{self.bM} x N{self.bN} x K{self.bK} = {self.tiles} tiles, "
-                f"per tile [{self.g}x]{self.m}x{self.k} @ {self.k}x{self.n}")
+                f"per tile [{self.g}x]{self.m}x{self.k} @ {self.k}x{self.n}{serial}{swapped}")
 
 
 def _candidates(units: int, limit: int) -> np.ndarray:
@@ -79,6 +101,11 @@ def _candidates(units: int, limit: int) -> np.ndarray:
     return np.unique(cost.ceil_div(units, per))
 
 
+def _serial_candidates(column_groups: int) -> np.ndarray:
+    """Serial passes worth trying: 1 and powers of two up to the column groups of a tile."""
+    return np.unique(np.minimum(1 << np.arange(max(1, column_groups).bit_length() + 1), max(1, column_groups)))
+
+
 def _grains(dtype: DType, target: Target) -> tuple[int, int, bool]:
     """(column grain, depth grain, uses AMP)."""
     if dtype.is_floating:
@@ -86,58 +113,126 @@ def _grains(dtype: DType, target: Target) -> tuple[int, int, bool]:
     return 1, 1, False
 
 
-@lru_cache(maxsize=256)
-def plan_matmul(G: int, M: int, N: int, K: int, dtype: DType, target: Target, a_shared: bool = False,
-                b_shared: bool = False) -> MatMulPlan:
-    """The cheapest split of a ``[G,M,K] @ [G,K,N]`` matmul on ``target`` (see module doc)."""
-    gn, gk, amp = _grains(dtype, target)
+@dataclass(frozen=True)
+class _Space:
+    """Candidate plans as parallel arrays: the splits, per-tile blocks and serial passes."""
+
+    bg: np.ndarray
+    bm: np.ndarray
+    bn: np.ndarray
+    bk: np.ndarray
+    serial: np.ndarray
+    g: np.ndarray
+    m: np.ndarray
+    n: np.ndarray
+    k: np.ndarray
+    ng_pass: np.ndarray  # column groups per pass
+    n_pass: np.ndarray
+    kg: np.ndarray
+    swapped: np.ndarray
+
+    def __add__(self, other: _Space) -> _Space:
+        return _Space(*(np.concatenate([getattr(self, f.name), getattr(other, f.name)]) for f in fields(self)))
+
+
+def _space(G: int, M: int, N: int, K: int, dtype: DType, target: Target, serial: bool, swapped: bool = False) -> _Space:
+    gn, gk, _ = _grains(dtype, target)
     nu, ku = -(-N // gn), -(-K // gk)
     T = target.tiles
-    axes = [_candidates(G, T), _candidates(M, T), _candidates(nu, T), _candidates(ku, T)]
-    bg, bm, bn, bk = (a.ravel() for a in np.meshgrid(*axes, indexing="ij"))
-    ok = bg * bm * bn * bk <= T
-    bg, bm, bn, bk = bg[ok], bm[ok], bn[ok], bk[ok]
-    g, m = cost.ceil_div(G, bg), cost.ceil_div(M, bm)
-    ng, kg = cost.ceil_div(nu, bn), cost.ceil_div(ku, bk)
-    n, k = np.minimum(ng * gn, N), np.minimum(kg * gk, K)
-    cycles, temp = _plan_cost(g, m, n, k, ng, kg, bg, bm, bn, bk, dtype, target, amp, a_shared, b_shared)
-    best = _choose(cycles, temp, target)
-    return MatMulPlan(G, M, N, K, dtype, int(bg[best]), int(bm[best]), int(bn[best]), int(bk[best]), int(g[best]),
-                      int(m[best]), int(n[best]), int(k[best]), int(cycles[best]), int(temp[best]))
+    axes = [_candidates(G, T), _candidates(M, T), _candidates(nu, T), _candidates(ku, T),
+            _serial_candidates(nu) if serial else np.array([1], np.int64)]
+    bg, bm, bn, bk, s = (a.ravel() for a in np.meshgrid(*axes, indexing="ij"))
+    ng = cost.ceil_div(nu, bn)
+    ok = (bg * bm * bn * bk <= T) & (s <= ng)
+    bg, bm, bn, bk, s, ng = bg[ok], bm[ok], bn[ok], bk[ok], s[ok], ng[ok]
+    ng_pass = cost.ceil_div(ng, s)
+    kg = cost.ceil_div(ku, bk)
+    n = np.minimum(ng * gn, N)
+    return _Space(bg, bm, bn, bk, s, cost.ceil_div(G, bg), cost.ceil_div(M, bm), n, np.minimum(kg * gk, K), ng_pass,
+                  np.minimum(ng_pass * gn, n), kg, np.full(bg.size, swapped))
 
 
-def _plan_cost(g, m, n, k, ng, kg, bg, bm, bn, bk, dtype: DType, target: Target, amp: bool, a_shared: bool,
-               b_shared: bool) -> tuple[np.ndarray, np.ndarray]:
+def _spaces(G: int, M: int, N: int, K: int, dtype: DType, target: Target, serial: bool) -> _Space:
+    """Candidates of both orientations (swapping the operands changes nothing without the AMP's grains)."""
+    plain = _space(G, M, N, K, dtype, target, serial)
+    return plain + _space(G, N, M, K, dtype, target, serial, swapped=True) if dtype.is_floating else plain
+
+
+@lru_cache(maxsize=256)
+def plan_matmul(G: int, M: int, N: int, K: int, dtype: DType, target: Target, a_shared: bool = False,
+                b_shared: bool = False, options: PlanOptions = DEFAULT_PLAN_OPTIONS, name: str = "") -> MatMulPlan:
+    """The cheapest split of a ``[G,M,K] @ [G,K,N]`` matmul on ``target`` under ``options`` (see module
+    doc). Serial passes are tried only when no single-pass plan fits the memory bound."""
+    half = options.half_partials and dtype == dtypes.float16
+    bound = options.available_memory_proportion * target.bytes_per_tile
+    space = _spaces(G, M, N, K, dtype, target, serial=False)
+    cycles, temp = _plan_cost(space, dtype, target, a_shared, b_shared, half)
+    if not (temp <= bound).any():
+        space = _spaces(G, M, N, K, dtype, target, serial=True)
+        cycles, temp = _plan_cost(space, dtype, target, a_shared, b_shared, half)
+    best = _choose(cycles, temp, bound, target.bytes_per_tile, name or f"[{G}x]{M}x{K} @ {K}x{N}")
+    pick = {f: int(getattr(space, f)[best]) for f in ("bg", "bm", "bn", "bk", "g", "m", "n", "k", "serial", "n_pass")}
+    swapped = bool(space.swapped[best])
+    rows, cols = (N, M) if swapped else (M, N)
+    return MatMulPlan(G, rows, cols, K, dtype, pick["bg"], pick["bm"], pick["bn"], pick["bk"], pick["g"], pick["m"],
+                      pick["n"], pick["k"], int(cycles[best]), int(temp[best]), pick["serial"], pick["n_pass"], half,
+                      swapped)
+
+
+def _plan_cost(sp: _Space, dtype: DType, target: Target, a_shared: bool, b_shared: bool,
+               half_partials: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Cycles of every pass together, and one pass's temporary bytes, of every candidate."""
     es = dtype.size
     rate = target.exchange_bytes_per_cycle
-    a_rep = bn * (bg if a_shared else 1)
-    b_rep = bm * (bg if b_shared else 1)
-    received = g * es * (m * k * (a_rep - 1) // a_rep + k * n * (b_rep - 1) // b_rep)
-    if amp:
-        compute = cost.conv_partial_cycles(m, ng, kg, g, dtype == dtypes.float16, target.conv_units(dtype),
-                                           target.amp_in_channels(dtype), target.workers)
+    g, m, n, k, bg, bm, bn, bk = sp.g, sp.m, sp.n_pass, sp.k, sp.bg, sp.bm, sp.bn, sp.bk
+    # why: swapped, the statement's b is the product's first operand
+    first_shared = np.where(sp.swapped, b_shared, a_shared)
+    second_shared = np.where(sp.swapped, a_shared, b_shared)
+    a_rep = bn * np.where(first_shared, bg, 1)
+    b_rep = bm * np.where(second_shared, bg, 1)
+    a_in = g * es * (m * k * (a_rep - 1) // a_rep)
+    b_in = g * es * (k * n * (b_rep - 1) // b_rep)
+    # why: tiles of a supertile that multiply the same A block receive it together, at twice the rate
+    a_cycles = np.where(bn % 2 == 0, cost.ceil_div(a_in, 2 * rate), cost.ceil_div(a_in, rate))
+    if dtype.is_floating:
+        compute = cost.conv_partial_cycles(m, sp.ng_pass, sp.kg, g, dtype == dtypes.float16, target.conv_units(dtype),
+                                           target.amp_in_channels(dtype), target.workers, half_partials=half_partials)
     else:
         compute = cost.int_matmul_cycles(m, n, k, g)
     sync = target.sync_cycles
-    cycles = sync + cost.ceil_div(received, rate) + sync + compute
-    partials = g * m * n * 4
-    red_rows = cost.ceil_div(m, bk)
-    red_in = (bk - 1) * red_rows * n * g * 4
-    red = cost.reduce_add_cycles(red_rows * n * g, bk, target.workers)
-    multi = bk > 1
-    cycles = cycles + np.where(multi, 2 * sync + cost.ceil_div(red_in, rate) + red, 0)
-    temp = g * es * (m * k + k * n) + partials + np.where(multi, red_in, 0)
-    return cycles, temp
+    pbytes = 2 if half_partials else 4
+    cycles = sync + a_cycles + cost.ceil_div(b_in, rate) + sync + compute
+    partials = g * m * n * pbytes
+    outputs = cost.ceil_div(m, bk) * n * g  # final outputs a tile reduces
+    red_in = np.zeros_like(partials)
+    for depth, left in cost.reduce_stages(bk):
+        received = (depth - 1) * outputs * left * pbytes
+        stage = 2 * sync + cost.ceil_div(received, rate) + cost.reduce_add_cycles(outputs * left, depth, target.workers,
+                                                                                 half_partials)
+        cycles = cycles + np.where(depth > 1, stage, 0)
+        red_in = np.maximum(red_in, received)
+    return sp.serial * cycles, g * es * (m * k + k * n) + partials + red_in
 
 
-def _choose(cycles: np.ndarray, temp: np.ndarray, target: Target) -> int:
-    bound = target.available_memory_proportion * target.bytes_per_tile
-    while bound <= 2 * target.bytes_per_tile:
+def _choose(cycles: np.ndarray, temp: np.ndarray, bound: float, bytes_per_tile: int, name: str) -> int:
+    """The fastest plan (ties: the smaller) within ``bound`` temporary bytes per tile; if none fits, the
+    bound doubles up to twice the tile memory, then the plan of least memory is taken (PopLibs'
+    fallback, with its warnings). A bound of 0 asks for the least memory."""
+    least = int(np.lexsort((cycles, temp))[0])
+    if bound <= 0:
+        return least
+    while True:
         fits = np.flatnonzero(temp <= bound)
         if fits.size:
             return int(fits[np.lexsort((temp[fits], cycles[fits]))[0]])
+        if bound * 2 > 2 * bytes_per_tile:
+            break
         bound *= 2
-    return int(np.lexsort((temp, cycles))[0])
+        log.warning("Unable to meet the memory target of matmul %s: retrying with a per-tile memory limit of %d "
+                    "bytes.", name, int(bound))
+    log.warning("Unable to meet the memory target of matmul %s: optimising for minimum memory (%d bytes per tile).",
+                name, int(temp[least]))
+    return least
 
 
 # ----------------------------------------------------------------------------------------------
@@ -179,7 +274,16 @@ class Blocked:
 
 
 def operand_layout(plan: MatMulPlan, which: str, groups: int, transposed: bool) -> Blocked:
-    """The planner's layout of operand ``a`` or ``b`` (stored ``groups`` matrices, maybe transposed)."""
+    """The planner's layout of the statement's operand ``a`` or ``b`` (stored ``groups`` matrices, maybe
+    transposed). Swapped, ``a`` (stored ``[M, K]``) is the product's second operand ``Aᵀ`` stored
+    transposed, and ``b`` its first."""
+    if plan.swapped:
+        return _planned_operand_layout(plan, "b" if which == "a" else "a", groups, not transposed)
+    return _planned_operand_layout(plan, which, groups, transposed)
+
+
+def _planned_operand_layout(plan: MatMulPlan, which: str, groups: int, transposed: bool) -> Blocked:
+    """The layout of the planned product's operand ``which``."""
     ms, ns, ks = plan.m, plan.n, plan.k
     bG = plan.bG
     gs = plan.g
@@ -206,7 +310,13 @@ def operand_layout(plan: MatMulPlan, which: str, groups: int, transposed: bool) 
 
 
 def output_layout(plan: MatMulPlan) -> Blocked:
-    """The output ``[G, M, N]``: block ``(g, i, j)`` on its ``bK`` tiles, rows split between them."""
+    """The output ``[G, M, N]`` of the statement: block ``(g, i, j)`` on its ``bK`` tiles, rows split between
+    them (swapped, the stored rows are the product's columns)."""
+    if plan.swapped:
+        def swapped_tile(g, rb, cb, rep):  # type: ignore[no-untyped-def]
+            return plan.tile(g // plan.g, cb, rb, rep)
+
+        return Blocked(plan.G, plan.N, plan.M, plan.n, plan.m, plan.bK, swapped_tile)
 
     def tile(g, rb, cb, rep):  # type: ignore[no-untyped-def]
         return plan.tile(g // plan.g, rb, cb, rep)

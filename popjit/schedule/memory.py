@@ -32,12 +32,11 @@ CATEGORIES = ALWAYS_LIVE + NOT_ALWAYS_LIVE
 ADVICE = (
     "Graphcore's advice for fitting a model in tile memory (Memory and Performance Optimisation guide):",
     "  - Lower the matmul/convolution option availableMemoryProportion (default 0.6) to trade speed for "
-    "temporary memory, e.g. 0.1-0.3.",
+    "temporary memory, e.g. 0.1-0.3 (IPUConfig.matmuls.poplar_options, convolutions.poplar_options).",
     "  - Reduce the (micro-)batch size; keep the effective batch size with gradient accumulation.",
-    "  - Use partialsType='half' for matmul/convolution partials, and FP16 for weights and activations.",
+    "  - Use FP16 for weights and activations, with partialsType='half' for their matmul/convolution partials.",
     "  - Use recomputation (activation checkpointing) instead of keeping forward activations.",
-    "  - Split the model over more IPUs: sharding or pipelining (pipelining_ops, layers per IPU stage); "
-    "keep optimizer state in Streaming Memory.",
+    "  - Split the model over more IPUs: sharding or pipelining (pipelining_ops, layers per IPU stage).",
     "  - Reduce code, exchange and vertex-state overheads: fewer, larger operations and good tile mappings.",
     "  - Inspect the memory report (liveness, largest variables) by compiling under the IPU Model "
     "(TF_POPLAR_FLAGS=--use_ipu_model), which keeps going after an out-of-memory.",

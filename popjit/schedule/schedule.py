@@ -10,6 +10,7 @@ Model, and none at all for host execution).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import warnings
 from dataclasses import dataclass, field
@@ -221,11 +222,20 @@ class _Walker(LoopFunctor):
         return seq
 
     def _steps(self, css: list[ComputeSet]) -> list[prog.Node]:
+        """The steps in order; consecutive steps of several serial passes go in a ``Repeat``."""
         nodes: list[prog.Node] = []
-        for cs in css:
-            cs.index = len(self.steps)
-            self.steps.append(cs)
-            nodes.append(prog.Execute(cs))
+        for passes, group in itertools.groupby(css, key=lambda cs: cs.passes):
+            first = len(self.steps)
+            run: list[prog.Node] = []
+            for cs in group:
+                cs.index = len(self.steps)
+                self.steps.append(cs)
+                run.append(prog.Execute(cs))
+            if passes > 1:
+                self._loop(first)
+                nodes.append(prog.Repeat(passes, prog.Sequence(run)))
+            else:
+                nodes.extend(run)
         return nodes
 
     def _pred_read(self, pred: Buffer) -> None:

@@ -227,7 +227,8 @@ class ShardedBuilder:
             return out
 
         def exchange(e: Exchange | None) -> Exchange | None:
-            return None if e is None else Exchange(pad(e.bytes_in), pad(e.bytes_out), pad(e.msgs_in), pad(e.msgs_out))
+            return None if e is None else Exchange(pad(e.bytes_in), pad(e.bytes_out), pad(e.msgs_in), pad(e.msgs_out),
+                                                   pad(e.paired_in))
 
         return replace(
             cs, target=self.target, codelets={k: pad(v) for k, v in cs.codelets.items()},

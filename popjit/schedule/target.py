@@ -13,6 +13,30 @@ from dataclasses import dataclass, replace
 from popjit import dtypes
 from popjit.dtypes import DType
 
+#: Poplar's default ``availableMemoryProportion`` of matmuls and convolutions [V] (``poplin/MatMul.cpp``).
+DEFAULT_MEMORY_PROPORTION = 0.6
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What the matmul and convolution planner is told (PopLibs' options of the same names):
+
+    - ``available_memory_proportion``: the part of a tile's memory a plan's temporaries may take
+      (``availableMemoryProportion``, default 0.6; 0 asks for the least memory);
+    - ``half_partials``: accumulate half-precision products in half (``partialsType='half'``); float
+      products always accumulate in float.
+    """
+
+    available_memory_proportion: float = DEFAULT_MEMORY_PROPORTION
+    half_partials: bool = False
+
+    def describe(self) -> str:
+        partials = "half" if self.half_partials else "float"
+        return f"availableMemoryProportion {self.available_memory_proportion:g}, partialsType {partials}"
+
+
+DEFAULT_PLAN_OPTIONS = PlanOptions()
+
 
 @dataclass(frozen=True)
 class Target:
@@ -23,7 +47,9 @@ class Target:
     - ``atomic_store_bytes`` 4 [U]: the element-wise grain is at least this many bytes.
     - ``memcpy_bytes_per_cycle`` 8 [U]: on-tile copies (64-bit load + store per cycle).
     - ``host_bytes_per_second`` 32 GB/s [S]: one direction of PCIe Gen4 x16.
-    - ``available_memory_proportion`` 0.6 [V]: the matmul planner's temporary-memory bound.
+    - ``matmul_options`` / ``convolution_options``: the planner's options for matmuls and for convolutions
+      (``IPUConfig.matmuls.poplar_options``, ``convolutions.poplar_options``); the temporary-memory bound
+      defaults to 0.6 of a tile [V].
     - ``replicas``: how many copies of the program run, one per IPU of the device (1: not replicated).
     - ``link_bytes_per_second`` 32 GB/s [S]: one direction of one IPU-Link (64 GB/s bidirectional),
       what a ring collective moves between neighbouring IPUs; ``link_latency_cycles`` 700 [U]: one
@@ -46,7 +72,8 @@ class Target:
     atomic_store_bytes: int = 4
     memcpy_bytes_per_cycle: int = 8
     instruction_bytes: int = 4
-    available_memory_proportion: float = 0.6
+    matmul_options: PlanOptions = DEFAULT_PLAN_OPTIONS
+    convolution_options: PlanOptions = DEFAULT_PLAN_OPTIONS
     replicas: int = 1
     link_bytes_per_second: float = 32e9
     link_latency_cycles: int = 700
@@ -73,6 +100,10 @@ class Target:
         """Input channels per AMP group: 16 for half, 8 for float [V]."""
         return 16 if dtype == dtypes.float16 else 8
 
+    def plan_options(self, convolution: bool) -> PlanOptions:
+        """The planner's options for a convolution's matmul or a plain one."""
+        return self.convolution_options if convolution else self.matmul_options
+
     def with_tiles(self, tiles: int) -> Target:
         return replace(self, tiles=tiles) if tiles else self
 
@@ -98,12 +129,15 @@ VERSIONS = {"ipu2": IPU2, "ipu1": IPU1, "ipu21": Target(version="ipu21", clock_h
 
 
 @functools.lru_cache(maxsize=64)
-def make_target(version: str = "ipu2", tiles_per_ipu: int = 0, num_ipus: int = 1, ipu_model: bool = False) -> Target:
-    """The target for an IPU version with an optional tile count (0: the version's full count). Made
-    once per combination: a program's target is looked up on every call (``dataclasses.replace`` cost
-    30 us of it)."""
+def make_target(version: str = "ipu2", tiles_per_ipu: int = 0, num_ipus: int = 1, ipu_model: bool = False,
+                matmul_options: PlanOptions = DEFAULT_PLAN_OPTIONS,
+                convolution_options: PlanOptions = DEFAULT_PLAN_OPTIONS) -> Target:
+    """The target for an IPU version with an optional tile count (0: the version's full count) and the
+    planner's options. Made once per combination: a program's target is looked up on every call
+    (``dataclasses.replace`` cost 30 us of it)."""
     try:
         base = VERSIONS[version]
     except KeyError:
         raise ValueError(f"Unknown IPU version {version!r}; expected one of {sorted(VERSIONS)}") from None
-    return replace(base.with_tiles(tiles_per_ipu), num_ipus=num_ipus, ipu_model=ipu_model)
+    return replace(base.with_tiles(tiles_per_ipu), num_ipus=num_ipus, ipu_model=ipu_model,
+                   matmul_options=matmul_options, convolution_options=convolution_options)

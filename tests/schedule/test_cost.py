@@ -76,16 +76,17 @@ def test__matmul_plan__ipu1_is_slower_per_cycle_than_ipu2(dtype):
 def test__matmul_plan__respects_the_temporary_memory_bound():
     target = make_target("ipu2")
     plan = plan_matmul(1, 1024, 1024, 1024, dtypes.float32, target)
-    assert plan.temp_bytes <= target.available_memory_proportion * target.bytes_per_tile
+    assert plan.temp_bytes <= target.matmul_options.available_memory_proportion * target.bytes_per_tile
+    assert plan.serial == 1
 
 
-def test__matmul_plan__relaxes_the_bound_when_nothing_fits():
-    # 2048^3 float needs >= 3 x 180^2 x 4 B ~ 389 KB per tile whatever the split (> 0.6 x 624 KiB):
-    # the planner doubles the bound, as poplin does, instead of failing
+def test__matmul_plan__makes_serial_passes_when_no_single_pass_fits():
+    # 2048^3 float needs >= 3 x 180^2 x 4 B ~ 389 KB per tile in one pass (> 0.6 x 624 KiB): the
+    # planner splits each tile's output columns into serial passes, as poplin's serial splits do
     target = make_target("ipu2")
     plan = plan_matmul(1, 2048, 2048, 2048, dtypes.float32, target)
-    assert target.available_memory_proportion * target.bytes_per_tile < plan.temp_bytes
-    assert plan.temp_bytes <= 2 * target.available_memory_proportion * target.bytes_per_tile
+    assert plan.serial > 1 and plan.n_pass < plan.n
+    assert plan.temp_bytes <= target.matmul_options.available_memory_proportion * target.bytes_per_tile
 
 
 def test__reduce_estimates__sum_of_one_output_and_many():

@@ -55,11 +55,24 @@ def test__matmul_1024__is_spread_over_more_than_1000_tiles():
     assert partials.flops == 2 * 1024**3
 
 
-def test__matmul_with_split_depth__adds_a_reduce_compute_set():
+def test__matmul_with_split_depth__adds_reduce_compute_sets():
     sched = schedule_program(traced(lambda a, b: tf.matmul(a, b), f32(64, 4096), f32(4096, 64)), make_target())
     kinds = [s.kind for s in sched.steps]
-    assert kinds == ["matmul", "matmul-reduce"]
-    assert sched.steps[1].exchange_in.bytes_in.max() > 0, "partials travel to the reducing tiles"
+    (conv,) = [s for s in sched.steps if s.kind == "matmul"]
+    depth = int(conv.note.split(" x K")[1].split()[0])
+    stages = [int(d[0]) for d, _ in cost.reduce_stages([depth]) if d[0] > 1]
+    assert kinds == ["matmul"] + ["matmul-reduce"] * len(stages) and len(stages) >= 1
+    assert np.prod(stages) >= depth, "the stages together sum every partial"
+    assert all(s.exchange_in.bytes_in.max() > 0 for s in sched.steps[1:]), "partials travel to the reducing tiles"
+    assert all(int(s.exchange_in.msgs_in.max()) == d - 1 for s, d in zip(sched.steps[1:], stages))
+
+
+@pytest.mark.parametrize(("partials", "depths"), [(1, []), (15, [15]), (16, [4, 4]), (64, [8, 8]), (124, [12, 11]),
+                                                   (125, [5, 5, 5]), (1000, [10, 10, 10])])
+def test__reduce_stages__as_poplibs_splits_them(partials, depths):
+    got = [(int(d[0]), int(left[0])) for d, left in cost.reduce_stages([partials])]
+    assert [d for d, _ in got if d > 1] == depths
+    assert got[-1][1] == 1 or partials == 1, "one partial product is left at the end"
 
 
 def test__matmul_operands__are_allocated_in_the_planners_layout():
