@@ -61,6 +61,8 @@ class Trace:
         self.extra: dict[str, Any] = {}
         self.shard: int | None = None  # the IPU new nodes are placed on (None: with their data)
         self.backward = False  # new nodes belong to a gradient computation
+        # the planner options of new matmul nodes and of their gradients (a pipeline stage's)
+        self.stage_plans: tuple[Any, Any] | None = None
 
     @property
     def current(self) -> Scope:
@@ -203,6 +205,18 @@ class Trace:
             node.attrs.update(attrs)
 
     @contextlib.contextmanager
+    def planning(self, forward: Any, backward: Any) -> Iterator[None]:
+        """Matmuls added inside plan with ``forward``'s options and their gradients with ``backward``'s
+        (``PipelineStageOptions``-like: ``plan(convolution)`` gives a matmul's or a convolution's
+        ``(availableMemoryProportion, half partials)``, or None for the device's own options)."""
+        saved = self.stage_plans
+        self.stage_plans = (forward, backward)
+        try:
+            yield
+        finally:
+            self.stage_plans = saved
+
+    @contextlib.contextmanager
     def placed(self, shard: int | None, backward: bool | None = None) -> Iterator[None]:
         """Nodes added inside go on ``shard`` (None: leave the current placement), and are marked as part
         of a gradient computation when ``backward``."""
@@ -216,6 +230,18 @@ class Trace:
             yield
         finally:
             self.shard, self.backward = saved
+
+
+def planned_matmul_attrs(attrs: dict[str, Any], forward: Any, backward: Any) -> dict[str, Any]:
+    """A matmul's attributes with the planner options of its stage: ``plan`` for itself, ``backward_plan``
+    for its gradients (each only when the stage sets options of its kind)."""
+    convolution = bool(attrs.get("convolution", False))
+    out = dict(attrs)
+    for name, options in (("plan", forward), ("backward_plan", backward)):
+        chosen = options.plan(convolution) if options is not None else None
+        if chosen is not None and name not in out:
+            out[name] = chosen
+    return out
 
 
 _state = threading.local()
@@ -274,6 +300,8 @@ def apply_op(name: str, inputs: Sequence[Any], **attrs: Any) -> Any:
     assert all(isinstance(t, Tensor) for t in inputs), f"{name}: inputs must be converted to Tensors first"
     out_avals = infer(op, [t.aval for t in inputs], attrs)
     trace = current_trace()
+    if trace is not None and name == "matmul" and trace.stage_plans is not None:
+        attrs = planned_matmul_attrs(attrs, *trace.stage_plans)  # for the node and the tape's gradient
     if trace is not None:
         outs = _trace_op(trace, op, inputs, attrs, out_avals)
     else:

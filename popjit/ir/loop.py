@@ -483,6 +483,7 @@ class MatMul(Stmt):
     alpha: float = 1.0
     beta: float = 0.0
     convolution: bool = False  # a convolution's product: planned with the convolution options
+    plan: tuple[float, bool] | None = None  # its own planner options (a pipeline stage's), else the device's
     visit_method: ClassVar[str] = "visit_matmul"
 
     def reads(self) -> set[Buffer]:

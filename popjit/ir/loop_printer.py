@@ -131,7 +131,8 @@ class StmtFormatter(StmtVisitor):
         acc = f" + {s.beta!r} * {s.out.name}" if s.beta else ""
         self.line(f"matmul {s.name} {s.out.name} = {scale}{s.a.name}{'.T' if s.ta else ''} @ {s.b.name}"
                   f"{'.T' if s.tb else ''}{acc}  batch={s.batch} m={s.m} n={s.n} k={s.k} "
-                  f"strides=({s.a_batch_stride},{s.b_batch_stride}){' convolution' if s.convolution else ''}{_on(s)}")
+                  f"strides=({s.a_batch_stride},{s.b_batch_stride}){' convolution' if s.convolution else ''}"
+                  f"{f' plan={s.plan}' if s.plan else ''}{_on(s)}")
 
     def visit_copy(self, s: Copy) -> None:
         self.line(f"copy {s.dst.name} <- {s.src.name}{_on(s)}")

@@ -258,7 +258,8 @@ def _fold_into(mm: MatMul, k: Stmt, read_counts: dict[int, int]) -> MatMul | Non
     if c is None:
         return None
     return MatMul(mm.name, dst, mm.a, mm.b, mm.batch, mm.m, mm.n, mm.k, mm.ta, mm.tb, mm.a_batch_stride,
-                  mm.b_batch_stride, alpha=-c, beta=1.0, convolution=mm.convolution).placed_like(mm)
+                  mm.b_batch_stride, alpha=-c, beta=1.0, convolution=mm.convolution,
+                  plan=mm.plan).placed_like(mm)
 
 
 class _GemmUpdateFolder(StmtMutator):

@@ -27,7 +27,8 @@ def _mk(a: Aval, ta: bool) -> tuple[int, int]:
     return (k, m) if ta else (m, k)
 
 
-def _infer(a: Aval, b: Aval, transpose_a: bool = False, transpose_b: bool = False, convolution: bool = False) -> Aval:
+def _infer(a: Aval, b: Aval, transpose_a: bool = False, transpose_b: bool = False, convolution: bool = False,
+           plan: tuple | None = None, backward_plan: tuple | None = None) -> Aval:
     dtype = same_dtype("MatMul", a, b)
     check_dtype("matmul", dtype, ALLOWED)
     if a.ndim < 2 or b.ndim < 2:
@@ -45,7 +46,7 @@ def _infer(a: Aval, b: Aval, transpose_a: bool = False, transpose_b: bool = Fals
 
 
 def _reference(a: np.ndarray, b: np.ndarray, transpose_a: bool = False, transpose_b: bool = False,
-               convolution: bool = False) -> np.ndarray:
+               convolution: bool = False, plan: tuple | None = None, backward_plan: tuple | None = None) -> np.ndarray:
     if transpose_a:
         a = np.swapaxes(a, -1, -2)
     if transpose_b:
@@ -94,8 +95,10 @@ def _lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
     k = args[0].shape[-2] if ta else args[0].shape[-1]
     res = ctx.new_temp(out.shape, out.dtype, "matmul")
     nbatch = int(np.prod(batch, dtype=np.int64)) if batch else 1
+    plan = node.attrs.get("plan")
     ctx.emit(MatMul(ctx.name("matmul", ()), res, a, b, nbatch, m, n, k, ta != a_t, tb != b_t, a_bs, b_bs,
-                    convolution=bool(node.attrs.get("convolution", False))))
+                    convolution=bool(node.attrs.get("convolution", False)),
+                    plan=tuple(plan) if plan is not None else None))
     return [Lazy.of_buffer(res, out.shape)]
 
 
@@ -103,12 +106,17 @@ register(OpDef("matmul", MATMUL, _infer, _reference, _lower, doc="tf.linalg.matm
 
 
 def _matmul_vjp(t: Any, primals: list, outputs: list, cts: list, transpose_a: bool = False,
-                transpose_b: bool = False, convolution: bool = False) -> list[Any]:
+                transpose_b: bool = False, convolution: bool = False, plan: tuple | None = None,
+                backward_plan: tuple | None = None) -> list[Any]:
     """dA = dC Bᵀ, dB = Aᵀ dC (with the transposes folded in), summed over broadcast batch axes. A
-    convolution's gradients are convolutions too (they plan with the convolution options)."""
+    convolution's gradients are convolutions too (they plan with the convolution options); a pipeline
+    stage's backward planner options (``backward_plan``) become the gradients' own."""
     (a, b), (ct,) = primals, cts
-    if convolution:
-        t = _ConvolutionGradOps(t)
+    marks = {"convolution": True} if convolution else {}
+    if backward_plan is not None:
+        marks["plan"] = backward_plan
+    if marks:
+        t = _MarkedGradOps(t, marks)
     if transpose_a:
         ga = t.matmul(b, ct, transpose_a=transpose_b, transpose_b=True)
     else:
@@ -120,15 +128,15 @@ def _matmul_vjp(t: Any, primals: list, outputs: list, cts: list, transpose_a: bo
     return [t.unbroadcast(ga, t.shape_of(a)), t.unbroadcast(gb, t.shape_of(b))]
 
 
-class _ConvolutionGradOps:
-    """Gradient ops whose matmuls are marked as convolutions."""
+class _MarkedGradOps:
+    """Gradient ops whose matmuls carry ``marks`` (a convolution's, a pipeline stage's planner options)."""
 
-    def __init__(self, ops: Any) -> None:
-        self._ops = ops
+    def __init__(self, ops: Any, marks: dict[str, Any]) -> None:
+        self._ops, self._marks = ops, marks
 
     def matmul(self, a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False) -> Any:
         return self._ops.apply_op("matmul", [a, b], transpose_a=transpose_a, transpose_b=transpose_b,
-                                  convolution=True)
+                                  **self._marks)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ops, name)

@@ -64,7 +64,7 @@ from popjit.schedule.matmul_plan import (
     plan_matmul,
     tile_blocks,
 )
-from popjit.schedule.target import Target
+from popjit.schedule.target import PlanOptions, Target
 
 #: The kind of a step that copies a tensor from one IPU of a multi-IPU program to another.
 INTER_IPU_COPY = "inter-ipu copy"
@@ -266,10 +266,10 @@ class Builder:
     def plan(self, mm: MatMul) -> MatMulPlan:
         key = id(mm)
         if key not in self.plans:
+            options = PlanOptions(*mm.plan) if mm.plan else self.target.plan_options(mm.convolution)
             self.plans[key] = plan_matmul(mm.batch, mm.m, mm.n, mm.k, mm.a.dtype, self.target,
                                           mm.batch > 1 and mm.a_batch_stride == 0,
-                                          mm.batch > 1 and mm.b_batch_stride == 0,
-                                          self.target.plan_options(mm.convolution), mm.name)
+                                          mm.batch > 1 and mm.b_batch_stride == 0, options, mm.name)
         return self.plans[key]
 
     def operand_layout(self, mm: MatMul, which: str) -> Blocked:

@@ -42,9 +42,10 @@ def program(body: list, args: list[Buffer] = (), outs: list[Buffer] = (), temps:
 
 
 def pipelined(stages: int, gac: int, schedule: Any = None, train: bool = True,
-              recompute: bool = False) -> tuple[Any, Any]:
+              recompute: bool = False, **pipeline_options: Any) -> tuple[Any, Any]:
     """A ``stages``-stage pipeline (tanh layers, then a squared-error loss) run once with ``gac`` micro-batches
-    of 2 on a device of enough IPUs (``allow_recompute`` as ``recompute``): its schedule and its pipeline."""
+    of 2 on a device of enough IPUs (``allow_recompute`` as ``recompute``; more ``pipeline`` arguments in
+    ``pipeline_options``): its schedule and its pipeline."""
     # why: as traced(), the front end and the IPU API load only for the tests that build programs
     import numpy as np
 
@@ -76,7 +77,7 @@ def pipelined(stages: int, gac: int, schedule: Any = None, train: bool = True,
         def optimizer_function(loss: Any) -> Any:
             return pipelining_ops.OptimizerFunctionOutput(opt, loss, variables=[*weights, last])
 
-        options = {} if schedule is None else {"pipeline_schedule": schedule}
+        options = {**pipeline_options, **({} if schedule is None else {"pipeline_schedule": schedule})}
 
         @tf.function(jit_compile=True)
         def run() -> None:

@@ -94,3 +94,14 @@ def test__square_fp32_matmul__4096_fits_where_one_pass_plans_would_not():
     conv = sched.step("k1_matmul/Conv1x1")
     assert conv.passes > 1 and not sched.oom
     assert sched.peak_tile_memory <= 0.6 * sched.target.bytes_per_tile + sched.memory.always_live_total.max()
+
+
+@pytest.mark.parametrize(("fn", "published"), [
+    (lambda a, b: a + b, 1_697),  # BinaryOp1D float ADD: 6 x (29 + 84 x 3) + 11
+    (lambda a, b: tf.exp(a), 3_242),  # UnaryOp1D float EXP: 6 x (33 + 84 x 6) + 9 + 11
+])
+def test__elementwise_rates__1000_floats_on_one_tile_at_poplibs_rates(fn, published):
+    x = np.zeros(1000, np.float32)
+    sched = schedule_program(traced(fn, x, x), make_target("ipu2", 1))
+    (step,) = sched.steps
+    assert within(step.max_compute_cycles, published), step.max_compute_cycles

@@ -14,11 +14,13 @@ from hypothesis import strategies as st
 import popjit.tensorflow as tf
 from popjit import dtypes, ipu
 from popjit.errors import InvalidArgumentError, UnimplementedError
+from popjit.ipu.ops import pipelining_ops
+from popjit.ipu.ops.pipelining_ops import PipelineStageOptions
 from popjit.runtime import device as devices
 from popjit.schedule import make_target
 from popjit.schedule.matmul_plan import operand_layout, output_layout, plan_matmul
 from popjit.schedule.target import PlanOptions
-from tests.schedule.helpers import traced
+from tests.schedule.helpers import pipelined, traced
 
 F32, F16 = dtypes.float32, dtypes.float16
 
@@ -136,6 +138,53 @@ def test__half_partials__name_the_half_codelets_in_the_schedule(fresh_ipu_system
     codelets = {c for s in sched.steps for c in s.codelets}
     assert "poplin::ConvPartial1x1Out<half,half,16>" in codelets
     assert any(c.startswith("poplin::ReduceAdd<half,half>") for c in codelets)
+
+
+def _matmul_notes(sched) -> dict[tuple[int, bool], list[str]]:
+    """The plans of the matmul steps, by (IPU, backward)."""
+    notes: dict[tuple[int, bool], list[str]] = {}
+    for s in sched.steps:
+        if s.kind == "matmul":
+            notes.setdefault((s.ipu, s.backward), []).append(s.note)
+    return notes
+
+
+def test__pipeline_stage_options__plan_that_stage_and_pass_only(fresh_ipu_system):
+    least = pipelining_ops.PipelineStageOptions(matmul_options={"availableMemoryProportion": "0"})
+    default = _matmul_notes(pipelined(2, 4)[0])
+    forward = _matmul_notes(pipelined(2, 4, forward_propagation_stages_poplar_options=[
+        least, pipelining_ops.PipelineStageOptions()])[0])
+    backward = _matmul_notes(pipelined(2, 4, backward_propagation_stages_poplar_options=[
+        least, pipelining_ops.PipelineStageOptions()])[0])
+    assert set(default) == {(0, False), (1, False), (0, True), (1, True)}
+    changed = {key for key in default if forward[key] != default[key]}
+    assert changed == {(0, False)}, "stage 0's forward matmul only"
+    changed = {key for key in default if backward[key] != default[key]}
+    assert changed == {(0, True)}, "stage 0's gradient matmul only"
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    ({"forward_propagation_stages_poplar_options": [PipelineStageOptions()]}, ValueError,
+     "forward_propagation_stages_poplar_options must be a list or a tuple"),
+    ({"backward_propagation_stages_poplar_options": [PipelineStageOptions(), {}]}, TypeError,
+     "backward_propagation_stages_poplar_options to be of type PipelineStageOptions"),
+    ({"weight_update_poplar_options": {"dead": "beaf"}}, TypeError,
+     "weight_update_poplar_options to be of type PipelineStageOptions"),
+])
+def test__pipeline_stage_options__graphcores_checks(fresh_ipu_system, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        pipelined(2, 4, **kwargs)
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    ({"matmul_options": {"availableMemoryProportion": "2"}}, InvalidArgumentError,
+     r"PipelineStageOptions\(matmul_options\): availableMemoryProportion must be a number from 0 to 1"),
+    ({"convolution_options": {"enableFastReduce": "true"}}, UnimplementedError, "'enableFastReduce'"),
+    ({"slice_options": {"availableMemoryProportion": "0.1"}}, UnimplementedError, "it plans no slices"),
+])
+def test__pipeline_stage_options__refuse_what_popjit_does_not_plan(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        PipelineStageOptions(**kwargs)
 
 
 @pytest.mark.parametrize(("options", "error", "message"), [

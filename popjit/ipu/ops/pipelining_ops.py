@@ -30,6 +30,7 @@ from popjit.frontend import api as tf
 from popjit.frontend import nest
 from popjit.frontend.tracing import current_trace
 from popjit.ipu import loops
+from popjit.ipu.config import planner_options
 from popjit.ipu.ipu_infeed_queue import IPUInfeedQueue
 from popjit.ipu.ipu_outfeed_queue import IPUOutfeedMode, IPUOutfeedQueue
 from popjit.ipu.optimizers import IpuOptimizer, bottom_optimizer
@@ -91,8 +92,10 @@ class OptimizerFunctionOutput:
 
 
 class PipelineStageOptions:
-    """Poplar options for one stage's convolutions, matmuls and slices. popjit's planner takes none of them
-    yet, so any option given is refused (an empty dict is fine)."""
+    """PopLibs options for one pipeline stage's convolutions and matmuls (and slices): the matmul and
+    convolution planner's ``availableMemoryProportion`` and ``partialsType``, used instead of
+    ``IPUConfig.matmuls``/``convolutions.poplar_options`` for that stage's ops (an empty dict keeps the
+    device's). Other options raise ``UnimplementedError``; so do slice options (popjit plans no slices)."""
 
     def __init__(self, convolution_options: dict | None = None, matmul_options: dict | None = None,
                  slice_options: dict | None = None) -> None:
@@ -100,9 +103,27 @@ class PipelineStageOptions:
                             ("slice_options", slice_options)):
             if value is not None and not isinstance(value, dict):
                 raise TypeError(f"{name} must be dictionary.")
-            if value:
-                raise UnimplementedError(f"PipelineStageOptions({name}={value!r}) is not supported by popjit: its "
-                                         "matmul and convolution planner takes no per-stage Poplar options yet.")
+        if slice_options:
+            raise UnimplementedError(f"PipelineStageOptions(slice_options={slice_options!r}) is not supported by "
+                                     "popjit: it plans no slices. Remove slice_options.")
+        self.convolution_options = dict(convolution_options or {})
+        self.matmul_options = dict(matmul_options or {})
+        self.slice_options: dict = {}
+        self._plans = {
+            True: _plan_of(self.convolution_options, "PipelineStageOptions(convolution_options)"),
+            False: _plan_of(self.matmul_options, "PipelineStageOptions(matmul_options)"),
+        }
+
+    def plan(self, convolution: bool) -> tuple[float, bool] | None:
+        """The planner options of a convolution's or a matmul's ops, or None to keep the device's."""
+        return self._plans[convolution]
+
+
+def _plan_of(options: dict, where: str) -> tuple[float, bool] | None:
+    if not options:
+        return None
+    parsed = planner_options(options, where)
+    return (parsed.available_memory_proportion, parsed.half_partials)
 
 
 def recomputation_checkpoint(tensors: Any, name: str | None = None) -> Any:
@@ -205,10 +226,14 @@ def pipeline(computational_stages: Sequence[Callable], gradient_accumulation_cou
                            accumulate_outfeed_dtype=accumulate_outfeed_dtype)
     if batch_serialization_iterations != 1:
         raise UnimplementedError("pipeline(batch_serialization_iterations != 1) is not supported by popjit.")
-    for options in (*(forward_propagation_stages_poplar_options or ()),
-                    *(backward_propagation_stages_poplar_options or ()), weight_update_poplar_options):
-        if options is not None and not isinstance(options, PipelineStageOptions):
-            raise TypeError("Stage options must be PipelineStageOptions objects.")
+    forward_options = _stage_options(forward_propagation_stages_poplar_options,
+                                     "forward_propagation_stages_poplar_options", len(stages))
+    backward_options = _stage_options(backward_propagation_stages_poplar_options,
+                                      "backward_propagation_stages_poplar_options", len(stages))
+    if weight_update_poplar_options is not None and not isinstance(weight_update_poplar_options,
+                                                                   PipelineStageOptions):
+        raise TypeError(f"Expected weight_update_poplar_options to be of type PipelineStageOptions, but got "
+                        f"{type(weight_update_poplar_options).__name__}.")
     reduction = GradientAccumulationReductionMethod.parse(reduction_method)
     count = int(gradient_accumulation_count)
     least = minimum_iterations(schedule, len(stages), training)
@@ -224,6 +249,8 @@ def pipeline(computational_stages: Sequence[Callable], gradient_accumulation_cou
     run = _Pipeline(stages, list(inputs or []), infeed_queue, outfeed_queue, optimizer_function, count, reduction,
                     outfeed_loss, accumulate_outfeed)
     run.trace, run.mapping, run.schedule = trace, mapping, schedule
+    run.stage_options = list(zip(forward_options, backward_options))
+    run.update_options = weight_update_poplar_options
     # why: recomputation_mode takes effect with allow_recompute, as Graphcore's (the estimate models every mode alike)
     run.recompute = training and bool(devices.configured_option("allow_recompute", False))
     return run.build(int(repeat_count))
@@ -247,16 +274,19 @@ class _Pipeline:
         self.mapping: list[int] = list(range(len(stages)))
         self.schedule = PipelineSchedule.Grouped
         self.recompute = False  # the backward passes recompute their stage's forward pass
+        # each stage's (forward, backward) planner options, and the weight update's (PipelineStageOptions)
+        self.stage_options: list[tuple[Any, Any]] = [(None, None)] * len(stages)
+        self.update_options: PipelineStageOptions | None = None
 
     # -- one micro-batch -------------------------------------------------------------------------------
     def forward(self, inputs: list[Any], element: Any) -> Any:
         """The stages on one micro-batch: the last stage's outputs. A stage may not capture a tensor from
         outside the pipeline (P7): only variables, or what comes through ``inputs`` and the infeed."""
         args = _first_inputs(inputs, element)
-        for stage, ipu in zip(self.stages, self.mapping):
+        for stage, ipu, options in zip(self.stages, self.mapping, self.stage_options):
             region = self.trace.current.region
             first = len(region.nodes)
-            with self.trace.placed(ipu):
+            with self.trace.placed(ipu), self.trace.planning(*options):
                 args = _call(stage, args)
             _refuse_captures(self.trace, region.nodes[first:])
         return args
@@ -271,7 +301,8 @@ class _Pipeline:
             return inputs
         with tf.GradientTape() as tape:
             outputs = self.forward(inputs, got)
-            with self.trace.placed(self.mapping[-1]):  # the loss is part of the last stage
+            # why: the loss is part of the last stage
+            with self.trace.placed(self.mapping[-1]), self.trace.planning(*self.stage_options[-1]):
                 result = _call(self.optimizer_function, outputs)
         if not isinstance(result, OptimizerFunctionOutput):
             raise TypeError("The optimizer_function must return an OptimizerFunctionOutput.")
@@ -332,12 +363,27 @@ class _Pipeline:
     def apply(self) -> Any:
         """The optimizer's update with the accumulated gradients; the accumulators start again from zero."""
         result = self.optimizer
-        return self.accumulator.apply_accumulated(self.variables, *result.apply_gradients_args,
-                                                  **result.apply_gradients_kwargs)
+        with self.trace.planning(self.update_options, self.update_options):
+            return self.accumulator.apply_accumulated(self.variables, *result.apply_gradients_args,
+                                                      **result.apply_gradients_kwargs)
 
     def build(self, repeat_count: int) -> Any:
         """The loop of ``repeat_count`` repeats (what a TensorFlow 1 session runs)."""
         return loops.repeat(repeat_count, self.one_repeat)
+
+
+def _stage_options(options: Any, name: str, stages: int) -> list[PipelineStageOptions | None]:
+    """One stage's options per stage (Graphcore's checks), or None for each when not given."""
+    if options is None:
+        return [None] * stages
+    if not isinstance(options, (list, tuple)) or len(options) != stages:
+        raise ValueError(f"{name} must be a list or a tuple of PipelineStageOptions, one per computational stage "
+                         f"({stages}).")
+    for o in options:
+        if not isinstance(o, PipelineStageOptions):
+            raise TypeError(f"Expected each element of {name} to be of type PipelineStageOptions, but got "
+                            f"{type(o).__name__}.")
+    return list(options)
 
 
 def _check_stages(stages: Any) -> list[Callable]:
