@@ -69,6 +69,9 @@ SETTINGS: dict[str, Setting] = {
                 "build generated codelets' LLVM IR directly (0: compile every codelet with Numba's pipeline)"),
         Setting("PARALLEL_MIN_ELEMENTS", int, 1 << 18,
                 "element-wise codelets at least this large run on all threads"),
+        Setting("INTERCHANGE_LOOPS", _bool, True,
+                "run a loop of element-wise codelets chunk by chunk, every iteration on a cache-sized chunk "
+                "(0: iteration by iteration, for comparing the two)"),
         Setting("MATMUL", _matmul, "blas",
                 "float matmuls: blas (the system BLAS), popjit (popjit's own gemm), auto (the own gemm where it "
                 "measured faster than the BLAS on this machine; not the default: a choice measured again after "

@@ -36,6 +36,7 @@ import numpy as np
 
 from popjit import config, dtypes
 from popjit.codegen.host import PREFIX as HOST_PREFIX
+from popjit.codegen.interchange import chunk_rows, interchangeable
 from popjit.codegen.numerics import DEFAULT, TRAPPED, Numerics
 from popjit.codegen.render import Rendered, render_kernel
 from popjit.dtypes import DType
@@ -128,6 +129,19 @@ class Loop:
 
     count: str
     body: list[Any]
+
+
+@dataclass
+class InterchangedLoop:
+    """A ``Repeat`` of split calls whose iterations may run chunk by chunk
+    (:mod:`popjit.codegen.interchange`): the threads claim chunks of ``chunk`` rows of the calls'
+    outermost loop of ``rows`` rows, and each runs the whole body ``count`` times on its chunk
+    while it is in cache (the interrupt flag polled between chunks)."""
+
+    count: str
+    rows: str
+    chunk: str
+    body: list[Invoke]
 
 
 @dataclass
@@ -268,7 +282,12 @@ class _Emitter(StmtVisitor):
         self.invoke(COLLECTIVE_CALLEE, [self.int(index), self.buf(s.dst), self.buf(s.src), context], s.name)
 
     def visit_repeat(self, s: Repeat) -> None:
-        self.body.append(Loop(self.int(s.count), self.nested(s.body)))
+        count = self.int(s.count)
+        body = self.nested(s.body)
+        if config.get("INTERCHANGE_LOOPS") and interchangeable(s) and all(map(_runs_anywhere, body)):
+            self.body.append(InterchangedLoop(count, body[0].split[0], self.int(chunk_rows(s)), body))
+        else:
+            self.body.append(Loop(count, body))
 
     def visit_while(self, s: While) -> None:
         limit = None if s.max_iterations is None else self.int(s.max_iterations)
@@ -276,6 +295,12 @@ class _Emitter(StmtVisitor):
 
     def visit_if(self, s: If) -> None:
         self.body.append(Branch(self.buf(s.pred), self.nested(s.then), self.nested(s.orelse)))
+
+
+def _runs_anywhere(node: Any) -> bool:
+    """Whether a call may run on any range of its loop at any time: split, trap-free and without a
+    rounding call number (which counts calls)."""
+    return isinstance(node, Invoke) and node.split is not None and node.trap is None and not node.rounds
 
 
 class _PythonText:
@@ -311,6 +336,12 @@ class _PythonText:
         self.emit(depth, f"for _r{self.loops} in range({node.count}):")
         self.emit(depth + 1, STOP_CHECK)
         self.block(node.body, depth + 1)
+
+    def interchangedloop(self, node: InterchangedLoop, depth: int) -> None:
+        """Printed as the loop it computes the same as (the comment tells the engines apart)."""
+        header = len(self.lines)
+        self.loop(Loop(node.count, node.body), depth)
+        self.lines[header] += f"  # interchanged: chunks of {node.chunk} rows of {node.rows}"
 
     def whileloop(self, node: WhileLoop, depth: int) -> None:
         self.loops += 1

@@ -41,6 +41,7 @@ from numba.core.runtime import rtsys
 from popjit import config
 from popjit.codegen.direct import Unsupported, emit_codelet
 from popjit.codegen.machine import Part, object_code
+from popjit.codegen.render import WIDEST_VECTORS
 from popjit.errors import InternalError
 from popjit.kernels.jit import cache_root, discard_entry, fingerprint, keep_entry, read_entry, usable_dir, warn_once
 from popjit.kernels.threads import threads_to_use
@@ -291,10 +292,22 @@ class _DirectCodelets:
         except Unsupported as e:
             _log.debug("%s is compiled by Numba: %s", name, e)
             return None
+        if WIDEST_VECTORS in source:
+            _prefer_widest_vectors(module.get_global(symbol))
         self.context.post_lowering(module, library)  # why: the codelet's fast-math flags
         texts.append(cgutils.normalize_ir_text(str(module)))
         self.count += 1
         return symbol
+
+
+def _prefer_widest_vectors(function: ir.Function) -> None:
+    """Let LLVM vectorise ``function`` with 512-bit vectors where the host has them (AVX-512; the
+    attribute is ignored elsewhere). why: LLVM's tuning for Intel's AVX-512 cores prefers 256-bit
+    vectors, to spare mixed code the frequency drop of older Xeons; a codelet computing each element
+    alone (the chain benchmark's tanh and sigmoid) ran 20% faster per core with them on Sapphire
+    Rapids. Its results are the same: every lane does the scalar code's operations."""
+    # why set.add: llvmlite's FunctionAttributes.add accepts only LLVM's enum attributes, not key="value" ones
+    set.add(function.attributes, '"prefer-vector-width"="512"')
 
 
 def _flags(fn: Any) -> compiler.Flags:

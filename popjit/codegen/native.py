@@ -31,7 +31,7 @@ import numpy as np
 from llvmlite import ir
 from numba.core.registry import cpu_target
 
-from popjit.codegen.engine import Branch, EngineSource, Invoke, Loop, WhileLoop
+from popjit.codegen.engine import Branch, EngineSource, InterchangedLoop, Invoke, Loop, WhileLoop
 from popjit.codegen.host import is_host
 from popjit.codegen.numerics import TRAPPED
 
@@ -43,6 +43,48 @@ _SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int64, *[ctypes.c_void_p] * 7)
 _FRAME_HEADER = _CALLEE, _RESULT, _NEXT, _COUNT, _CHUNK = range(5)
 CHUNKS_PER_THREAD = 4
 """A split loop is cut into about this many chunks per thread (none shorter than the call's grain)."""
+#: An interchanged loop's frame continues with the iteration count, the interrupt flag's address, then the calls.
+_REPEATS, _STOP, _CALLS = len(_FRAME_HEADER), len(_FRAME_HEADER) + 1, len(_FRAME_HEADER) + 2
+
+
+def _header(callee: ir.Value, count: ir.Value, chunk: ir.Value) -> list[ir.Value]:
+    """A frame's header fields in :data:`_FRAME_HEADER` order: the result and the claim counter start at 0."""
+    fields = {_CALLEE: callee, _RESULT: _I64(0), _NEXT: _I64(0), _COUNT: count, _CHUNK: chunk}
+    return [fields[i] for i in _FRAME_HEADER]
+
+
+#: Builds a task's work on one chunk: ``(builder, frame fields, lo, hi) -> int64 result``.
+ChunkBody = Callable[[ir.IRBuilder, list[ir.Value], ir.Value, ir.Value], ir.Value]
+
+
+def _repeated_calls(arities: list[int]) -> ChunkBody:
+    """An interchanged loop's work on a chunk: the frame's iteration count times, each call in turn
+    on ``[lo, hi)`` (the frame: the header, the count, the flag's address, then per call its callee
+    and ``arities[i]`` arguments); the result is the OR of the calls' results."""
+    def run(b: ir.IRBuilder, fields: list[ir.Value], lo: ir.Value, hi: ir.Value) -> ir.Value:
+        count = fields[_REPEATS]
+        before = b.block
+        head, body, done = (b.append_basic_block(n) for n in ("repeat", "repeat.body", "repeat.end"))
+        b.branch(head)
+        b.position_at_end(head)
+        r, result = b.phi(_I64), b.phi(_I64)
+        r.add_incoming(_I64(0), before)
+        result.add_incoming(_I64(0), before)
+        b.cbranch(b.icmp_signed("<", r, count), body, done)
+        b.position_at_end(body)
+        total, at = result, _CALLS
+        for arity in arities:
+            callee, args = fields[at], fields[at + 1:at + 1 + arity]
+            fnty = ir.FunctionType(_I64, [*(a.type for a in args), _I64, _I64])
+            total = b.or_(total, b.call(b.inttoptr(callee, fnty.as_pointer()), [*args, lo, hi]))
+            at += 1 + arity
+        r.add_incoming(b.add(r, _I64(1)), b.block)
+        result.add_incoming(total, b.block)
+        b.branch(head)
+        b.position_at_end(done)
+        return result
+
+    return run
 
 
 class NativeEngine:
@@ -105,6 +147,7 @@ class _Builder:
         self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
         self.arrays: dict[int, ir.Value] = {}
         self.buffer_types: dict[int, Any] = {}
+        self.interchanged = 0  # interchanged loops so far (their tasks' names)
         for callee, types in zip(src.callees, argument_types):
             if is_host(callee.name):  # why: a host function takes addresses, not Numba's arrays
                 continue
@@ -214,9 +257,8 @@ class _Builder:
                 b.store(b.call(fn, [*args, _I64(0), count]), self.field(frame, _RESULT))
             with threaded:
                 share = _ceil_div(b, count, b.mul(tasks, _I64(CHUNKS_PER_THREAD)))
-                header = {_CALLEE: self.element(self.callees, node.slot, _I64), _RESULT: _I64(0), _NEXT: _I64(0),
-                          _COUNT: count, _CHUNK: _smax(b, share, grain)}
-                for index, value in header.items():
+                header = _header(self.element(self.callees, node.slot, _I64), count, _smax(b, share, grain))
+                for index, value in enumerate(header):
                     b.store(value, self.field(frame, index))
                 for i, a in enumerate(args):
                     b.store(a, self.field(frame, len(_FRAME_HEADER) + i))
@@ -254,31 +296,41 @@ class _Builder:
         b.call(launch, [*pointers, _I64(0), _I64(1), b.trunc(tasks, ir.IntType(32))])
 
     def task(self, slot: int, frame_type: ir.LiteralStructType) -> ir.Function:
-        """The pool's task for ``K[slot]``: ``void task(i8 **args, i64 *dims, i64 *steps, i8 *frame)``
-        claims chunks ``[lo, lo + chunk)`` of the frame's loop (an atomic add on its counter) and calls
-        the callee over each until the loop is done, ORing the results into the frame."""
+        """The pool's task for ``K[slot]``: claims chunks of the frame's loop (:meth:`claiming_task`) and
+        calls the callee over each."""
+        def run(b: ir.IRBuilder, fields: list[ir.Value], lo: ir.Value, hi: ir.Value) -> ir.Value:
+            fnty = ir.FunctionType(_I64, [*frame_type.elements[len(_FRAME_HEADER):], _I64, _I64])
+            return b.call(b.inttoptr(fields[_CALLEE], fnty.as_pointer()), [*fields[len(_FRAME_HEADER):], lo, hi])
+
+        return self.claiming_task(f"{self.src.name}.task{slot}", frame_type, run)
+
+    def claiming_task(self, name: str, frame_type: ir.LiteralStructType, run: ChunkBody,
+                      stop: int | None = None) -> ir.Function:
+        """A task for the pool, ``void task(i8 **args, i64 *dims, i64 *steps, i8 *frame)``, that claims
+        chunks ``[lo, lo + chunk)`` of the frame's loop (an atomic add on its counter) until the loop
+        is done, runs ``run(builder, frame fields, lo, hi)`` on each and ORs its results into the
+        frame. ``stop``: the frame field holding the interrupt flag's address, polled before each claim."""
         module = self.function.module
-        name = f"{self.src.name}.task{slot}"
         if name in module.globals:
             return module.globals[name]
         function = ir.Function(module, ir.FunctionType(ir.VoidType(), [_PTR.as_pointer(), _I64.as_pointer(),
                                                                       _I64.as_pointer(), _PTR]), name)
         function.linkage = "internal"
-        data = function.args[3]
-        entry, claim, run, done = (function.append_basic_block(n) for n in ("entry", "claim", "run", "done"))
+        entry, claim, run_block, done = (function.append_basic_block(n) for n in ("entry", "claim", "run", "done"))
         b = ir.IRBuilder(entry)
-        frame = b.bitcast(data, frame_type.as_pointer())
+        frame = b.bitcast(function.args[3], frame_type.as_pointer())
         fields = [b.load(_field(b, frame, i)) for i in range(len(frame_type.elements))]
         count, chunk = fields[_COUNT], fields[_CHUNK]
-        fnty = ir.FunctionType(_I64, [*frame_type.elements[len(_FRAME_HEADER):], _I64, _I64])
-        callee = b.inttoptr(fields[_CALLEE], fnty.as_pointer())
         b.branch(claim)
         b.position_at_end(claim)
         lo = b.atomic_rmw("add", _field(b, frame, _NEXT), chunk, "monotonic")
-        b.cbranch(b.icmp_signed("<", lo, count), run, done)
-        b.position_at_end(run)
-        hi = _smin(b, b.add(lo, chunk), count)
-        result = b.call(callee, [*fields[len(_FRAME_HEADER):], lo, hi])
+        go_on = b.icmp_signed("<", lo, count)
+        if stop is not None:
+            flag = b.load_atomic(b.inttoptr(fields[stop], _I64.as_pointer()), "monotonic", 8)
+            go_on = b.and_(go_on, b.icmp_signed("==", flag, _I64(0)))
+        b.cbranch(go_on, run_block, done)
+        b.position_at_end(run_block)
+        result = run(b, fields, lo, _smin(b, b.add(lo, chunk), count))
         b.atomic_rmw("or", _field(b, frame, _RESULT), result, "monotonic")
         b.branch(claim)
         b.position_at_end(done)
@@ -304,6 +356,35 @@ class _Builder:
     def loop(self, node: Loop) -> None:
         count = self.argument(node.count, numba.types.int64)
         self.counted_loop("repeat", lambda i: self.builder.icmp_signed("<", i, count), node.body)
+
+    def interchangedloop(self, node: InterchangedLoop) -> None:
+        """Run the loop chunk by chunk (:class:`~popjit.codegen.engine.InterchangedLoop`): a task per
+        thread (or the calling thread alone, when one chunk or one thread) claims chunks of the calls'
+        outermost loop and runs every iteration of the body on each. The frame holds the header, the
+        iteration count, the interrupt flag's address, then each call's callee and arguments."""
+        b = self.builder
+        self.poll_stop()
+        rows, chunk, count = (self.argument(e, numba.types.int64) for e in (node.rows, node.chunk, node.count))
+        calls = [[self.argument(e, t) for e, t in zip(n.args, self.argument_types[n.slot])] for n in node.body]
+        fields = [*_header(_I64(0), rows, chunk), count, b.ptrtoint(self.stop, _I64)]  # no callee: the calls follow
+        for n, args in zip(node.body, calls):
+            fields += [self.element(self.callees, n.slot, _I64), *args]
+        frame_type = ir.LiteralStructType([f.type for f in fields])
+        frame = self.local(frame_type)
+        for i, value in enumerate(fields):
+            b.store(value, self.field(frame, i))
+        self.interchanged += 1
+        task = self.claiming_task(f"{self.src.name}.interchanged{self.interchanged}", frame_type,
+                                  _repeated_calls([len(args) for args in calls]), stop=_STOP)
+        threads = b.sext(b.call(self.runtime("get_num_threads", ir.IntType(32), []), []), _I64)
+        tasks = _smin(b, _ceil_div(b, rows, chunk), threads)
+        with b.if_else(b.icmp_signed("<=", tasks, _I64(1))) as (inline, threaded):
+            with inline:
+                unused = [ir.Constant(t, None) for t in task.function_type.args[:3]]
+                b.call(task, [*unused, b.bitcast(frame, _PTR)])
+            with threaded:
+                self.parallel_for(task, tasks, tasks, frame)
+        self.poll_stop()
 
     def whileloop(self, node: WhileLoop) -> None:
         def go_on(n: ir.Value) -> ir.Value:

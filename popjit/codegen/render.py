@@ -52,6 +52,9 @@ from popjit.kernels import rounding as kq
 from popjit.kernels.bits import f16_to_f32, f32_to_f16
 """
 CHUNK = 1 << 15  # elements per parallel chunk
+WIDEST_VECTORS = "# element-wise: the widest vectors"
+"""Marks the source of a codelet that computes each element on its own (no reduction): its loops may
+use the host's widest vectors (:mod:`popjit.codegen.library`), which changes nothing in its results."""
 SERIAL = "@CODELET"  # the decorator placeholder, filled by codegen.compile
 
 
@@ -457,7 +460,8 @@ def render_kernel(k: Kernel, parallel: bool = False, numerics: Numerics = DEFAUL
         args += ["lo", "hi"]
     body = _indent(fp.prologue() + hoisted, 1) + _indent(lines, 1) + [f"    return {fp.result()}"]
     sig_dtypes = ", ".join(f"{b.dtype.short}" for b in params.buffers)
-    text = f"# buffers: {sig_dtypes}\n{SERIAL}\ndef NAME({', '.join(args)}):\n" + "\n".join(body) + "\n"
+    marks = f"# buffers: {sig_dtypes}\n" + (f"{WIDEST_VECTORS}\n" if k.reduce is None else "")
+    text = f"{marks}{SERIAL}\ndef NAME({', '.join(args)}):\n" + "\n".join(body) + "\n"
     name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:20]
     split = (int(k.domain[0]), max(1, CHUNK // max(1, math.prod(int(d) for d in k.domain[1:])))) if parallel else None
     return Rendered(text.replace("NAME", name), name, params.buffers, params.ints, params.floats, split,

@@ -5,7 +5,7 @@ Dicts flatten in sorted-key order, as in TensorFlow. Everything else is a leaf.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 Tree = Any  # a hashable description of a structure
@@ -34,41 +34,44 @@ def flatten_with_tree(structure: Any) -> tuple[list[Any], Tree]:
         n = len(structure[0])
         return list(structure[0]), ("tuple", (("tuple", (None,) * n), ("dict", dict, (), ())))
     leaves: list[Any] = []
-
-    def walk(x: Any) -> Tree:
-        if _is_namedtuple(x):
-            return ("namedtuple", type(x), tuple(walk(v) for v in x))
-        if isinstance(x, (list, tuple)):
-            return (type(x).__name__ if type(x) in (list, tuple) else ("seq", type(x)), tuple(walk(v) for v in x))
-        if isinstance(x, Mapping):
-            keys = _sorted_keys(x)
-            return ("dict", type(x), tuple(keys), tuple(walk(x[k]) for k in keys))
-        leaves.append(x)
-        return None
-
-    tree = walk(structure)
+    tree = _walk(structure, leaves)
     return leaves, tree
 
 
+def _walk(x: Any, leaves: list[Any]) -> Tree:
+    """``x``'s tree, its leaves appended to ``leaves``. why not a closure: see :func:`_build`."""
+    if _is_namedtuple(x):
+        return ("namedtuple", type(x), tuple(_walk(v, leaves) for v in x))
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__ if type(x) in (list, tuple) else ("seq", type(x)), tuple(_walk(v, leaves) for v in x))
+    if isinstance(x, Mapping):
+        keys = _sorted_keys(x)
+        return ("dict", type(x), tuple(keys), tuple(_walk(x[k], leaves) for k in keys))
+    leaves.append(x)
+    return None
+
+
 def unflatten(tree: Tree, leaves: list[Any]) -> Any:
-    it = iter(leaves)
+    """``tree``'s structure (from :func:`flatten_with_tree`) rebuilt around ``leaves``, in order."""
+    return _build(tree, iter(leaves))
 
-    def build(t: Tree) -> Any:
-        if t is None:
-            return next(it)
-        tag = t[0]
-        if tag == "namedtuple":
-            return t[1](*[build(c) for c in t[2]])
-        if tag == "dict":
-            return t[1]({k: build(c) for k, c in zip(t[2], t[3])})
-        if tag == "list":
-            return [build(c) for c in t[1]]
-        if tag == "tuple":
-            return tuple(build(c) for c in t[1])
-        return tag[1](build(c) for c in t[1])
 
-    out = build(tree)
-    return out
+def _build(t: Tree, it: Iterator[Any]) -> Any:
+    """why not a closure: a recursive inner function is a reference cycle (function, its cell), which
+    kept the leaves (a run's results, 16 MB each in the chain benchmark) alive until the next garbage
+    collection, so every run's results came from fresh memory: page faults costing as much as the run."""
+    if t is None:
+        return next(it)
+    tag = t[0]
+    if tag == "namedtuple":
+        return t[1](*[_build(c, it) for c in t[2]])
+    if tag == "dict":
+        return t[1]({k: _build(c, it) for k, c in zip(t[2], t[3])})
+    if tag == "list":
+        return [_build(c, it) for c in t[1]]
+    if tag == "tuple":
+        return tuple(_build(c, it) for c in t[1])
+    return tag[1](_build(c, it) for c in t[1])
 
 
 def flatten(structure: Any, expand_composites: bool = False) -> list[Any]:
