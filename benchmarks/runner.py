@@ -33,12 +33,14 @@ from benchmarks.firstcall import COMPILERS, first_calls
 from benchmarks.timing import interleaved_best, machine_summary
 
 SECTIONS = ("chain", "matmul", "train", "keras", "tf1", "compile", "replicas", "pipeline")
-CHAIN_TARGET = 1.0  # popjit GB/s ≥ TF-XLA's
-MATMUL_TARGET = 0.9  # popjit GFLOP/s ≥ 90% of NumPy's BLAS
+# issue 9's targets
+CHAIN_TARGET = 1.2  # popjit GB/s ≥ 1.2 x TF-XLA's
+MATMUL_TARGET = 0.95  # popjit GFLOP/s ≥ 95% of NumPy's BLAS
 COMPILE_TARGET_S = 2.0  # cold first-call compile of (a) under 2 s
-TRAIN_TARGET = 1.0  # popjit steps/s ≥ TF-XLA's, W1 and W2
+TRAIN_TARGETS = {"W1": 1.3, "W2": 1.05}  # popjit steps/s over TF-XLA's
 TRAIN_COMPILE_TARGET_S = 2.0  # cold first-call compile of W1 at most 2 s
 KERAS_TARGET = 1.0  # popjit samples/s ≥ stock Keras's (jit_compile=True), K1 and K2
+KERAS_FIRST_EPOCH_TARGET_S = {"K1": 3.0}  # the CNN's cold first epoch (compile included)
 
 
 @dataclass
@@ -254,7 +256,7 @@ def train_target_lines(rows: Sequence[Row]) -> list[str]:
     lines = []
     for name, sizes in workloads.TRAIN_SIZES.items():
         label = workloads.problem_label("train", **sizes)
-        lines.append(_versus_tf(rows, f"(d) {name} {label}", "TF-XLA steps/s", TRAIN_TARGET))
+        lines.append(_versus_tf(rows, f"(d) {name} {label}", "TF-XLA steps/s", TRAIN_TARGETS.get(name, 1.0)))
     w1 = workloads.problem_label("train", **workloads.TRAIN_SIZES["W1"])
     cold = _value(rows, f"compile: {w1}", "popjit", "s cold")
     lines.append(f"(d) W1 cold compile: popjit {_fmt(cold)} s  (target <= {TRAIN_COMPILE_TARGET_S:.1f} s)  "
@@ -276,8 +278,11 @@ def keras_target_lines(rows: Sequence[Row]) -> list[str]:
         lines.append(_versus_tf(rows, f"(e) {name} {label}", "Keras samples/s", KERAS_TARGET))
         firsts = {fw: _first_call(rows, f"compile: {label}", fw) for fw in ("popjit", "TF-XLA")}
         if any(v is not None for v in firsts.values()):
+            target, mine = KERAS_FIRST_EPOCH_TARGET_S.get(name), firsts["popjit"]
+            met = None if mine is None else mine <= (target or 0)
+            verdict = "" if target is None else f"  (target <= {target:.1f} s)  {_verdict(met)}"
             lines.append(f"(e) {name} first epoch incl. compile, cold: popjit {_fmt(firsts['popjit'])} s, "
-                         f"Keras {_fmt(firsts['TF-XLA'])} s")
+                         f"Keras {_fmt(firsts['TF-XLA'])} s{verdict}")
     return lines
 
 
