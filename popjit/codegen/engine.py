@@ -41,6 +41,7 @@ from popjit.codegen.numerics import DEFAULT, TRAPPED, Numerics
 from popjit.codegen.render import Rendered, render_kernel
 from popjit.dtypes import DType
 from popjit.ir.loop import Buffer, Collective, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, StmtVisitor, While
+from popjit.kernels.blas_split import blas_split
 from popjit.kernels.gemm_choice import grain, panels, uses_own_gemm
 from popjit.loop.passes import scatters
 
@@ -256,6 +257,8 @@ class _Emitter(StmtVisitor):
             args += [str(n.nanoo), str(n.sr)] + (["R[0]", "R[1]", "R[2]"] if n.sr else ["0", "0", "0"])
         elif uses_own_gemm(storage_dtype(s.out.dtype), s.batch, s.m, s.n, s.k, s.ta, s.tb):
             fn, module, split = "gemm", "popjit.kernels.gemm", (panels(s.batch, s.m), grain(s.n, s.k))
+        elif fn in ("matmul_f32", "matmul_f64") and (parts := blas_split(s.batch, s.m, s.n, s.k)) is not None:
+            fn, module, split = "matmul_split", "popjit.kernels.blas_split", parts  # why: no spinning BLAS threads
         self.library[fn] = module
         traps = bool(n.inv or n.oflo) and s.out.dtype.is_floating
         if not traps:

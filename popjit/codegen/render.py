@@ -40,6 +40,8 @@ from popjit.ir.loop import (
     IVar,
     Kernel,
     Load,
+    Substitute,
+    ivar,
 )
 from popjit.ir.loop_printer import IndexFormatter
 from popjit.ops import registry
@@ -593,6 +595,8 @@ def _render_reduce(k: Kernel, params: _Params, hoisted: list[str], parallel: boo
 
 def _render_argreduce(k: Kernel, params: _Params, hoisted: list[str], parallel: bool, fp: _FloatPoint) -> list[str]:
     assert k.reduce is not None
+    if len(k.domain) >= 2 and len(k.reduce.rdomain) == 1 and not _inner_reduce(k):
+        return _render_argreduce_rows(k, params, hoisted, parallel, fp)
     (store,) = k.stores
     red = REDUCTIONS[k.reduce.op]
     better = red.better
@@ -607,6 +611,41 @@ def _render_argreduce(k: Kernel, params: _Params, hoisted: list[str], parallel: 
     inner = [*body.lines, *compared, f"if {cond}:", f"    best = {v}", "    bi = r0"]
     out = f"{_at(params.buf(store.buf), body.index(store.index))} = {body.store_value(store.buf, 'bi')}"
     return head + _indent([f"best = {init}", "bi = 0", f"for r0 in range({n}):", *_indent(inner, 1), out], depth)
+
+
+def _render_argreduce_rows(k: Kernel, params: _Params, hoisted: list[str], parallel: bool,
+                           fp: _FloatPoint) -> list[str]:
+    """An arg-reduction whose innermost kept axis is the unit-stride one (a max-pool gradient's argmax
+    over a window, channels last): per row of that axis, the reduction loop outside and the row inside,
+    branch-free, so the row loop vectorises (as the element-wise loop does) where one element at a time
+    compared 4 values in a branchy scalar loop (5x slower). The output holds each element's best index
+    so far and the best value is read again at it (``bi``), which keeps the codelet in the subset
+    :mod:`popjit.codegen.direct` compiles (no scratch array). The first step compares the first value
+    with itself and keeps index 0, as the scalar loop does from the identity; every later step makes
+    the same comparison with the same best value, so the results are the same."""
+    assert k.reduce is not None
+    (store,) = k.stores
+    red = REDUCTIONS[k.reduce.op]
+    names = [f"i{j}" for j in range(len(k.domain))]
+    sizes = [params.int(d) for d in k.domain]
+    fp.sizes.update(zip(names, sizes))
+    head, depth = _loops(names[1:-1], sizes[1:-1])
+    head = (["for j0 in range(hi - lo):", "    i0 = lo + j0"] if parallel else [f"for i0 in range({sizes[0]}):"]) + \
+        _indent(head, 1)
+    n = params.int(k.reduce.rdomain[0])
+    body = _Body(params, hoisted, fp=fp)
+    out = _at(params.buf(store.buf), body.index(store.index))
+    v = body.expr(store.value)
+    b = body.expr(Substitute({IVar("r0"): ivar("bi")}).expr(store.value))
+    nan = store.value.dtype.is_floating
+    take = f"({v} {red.better} {b}) | (({v} != {v}) & ({b} == {b}))" if nan else f"{v} {red.better} {b}"
+    compared = [f"tinv |= {v} != {v}"] if nan and fp.numerics.inv else []  # comparing a NaN is invalid
+    row = names[-1]
+    start = [f"for {row} in range({sizes[-1]}):", f"    {out} = {body.store_value(store.buf, '0')}"]
+    update = [f"bi = {out}", *body.lines, *compared, f"take = {take}",
+              f"{out} = {body.store_value(store.buf, 'r0')} if take else bi"]
+    sweep = [f"for r0 in range({n}):", f"    for {row} in range({sizes[-1]}):", *_indent(update, 2)]
+    return [*head, *_indent(start + sweep, depth + 1)]
 
 
 def _render_scan(k: Kernel, params: _Params, hoisted: list[str], fp: _FloatPoint) -> list[str]:
