@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from popjit.ir.loop import ILin, IVar, Kernel, Load, LoadCollector, Repeat
+from popjit.ir.loop import ILin, IVar, Kernel, Repeat
 
 CHUNK_BYTES = 1 << 17
 """The bytes of loop-varying buffer data a chunk covers: well inside a core's L2 (256 KiB and up on
@@ -48,7 +48,7 @@ def chunk_rows(loop: Repeat) -> int:
     reads or writes at loop-varying indices (at least one row). For an :func:`interchangeable` loop."""
     kernels = [k for k in loop.body if isinstance(k, Kernel)]
     row = math.prod(kernels[0].domain[1:])
-    varying = {ld.buf for k in kernels for ld in _loads(k) if ld.index.terms}
+    varying = {ld.buf for k in kernels for ld in k.loads() if ld.index.terms}
     varying |= {b for k in kernels for b in k.writes()}
     row_bytes = row * sum(b.dtype.np.itemsize for b in varying)
     return max(1, CHUNK_BYTES // max(1, row_bytes))
@@ -73,13 +73,6 @@ def _normal(index: ILin, domain: tuple[int, ...]) -> Form:
 def _indices_of(k: Kernel, buffers: set) -> set[Form]:
     """The indices (normalised) at which ``k`` stores into or loads from any of ``buffers``."""
     stored = {_normal(s.index, k.domain) for s in k.stores}
-    return stored | {_normal(ld.index, k.domain) for ld in _loads(k) if ld.buf in buffers}
+    return stored | {_normal(ld.index, k.domain) for ld in k.loads() if ld.buf in buffers}
 
 
-def _loads(k: Kernel) -> list[Load]:
-    """Every load of ``k``, those of gathered values inside indices included."""
-    found = LoadCollector()
-    for s in k.stores:
-        found.expr(s.value)
-        found.index(s.index)
-    return found.found

@@ -447,12 +447,16 @@ class Kernel(Stmt):
 
     visit_method: ClassVar[str] = "visit_kernel"
 
-    def reads(self) -> set[Buffer]:
+    def loads(self) -> list[Load]:
+        """Every load of the kernel, those of gathered values inside its store indices included."""
         found = LoadCollector()
         for s in self.stores:
             found.expr(s.value)
             found.index(s.index)
-        return {ld.buf for ld in found.found}
+        return found.found
+
+    def reads(self) -> set[Buffer]:
+        return {ld.buf for ld in self.loads()}
 
     def writes(self) -> set[Buffer]:
         return {s.buf for s in self.stores}

@@ -28,7 +28,6 @@ from popjit.ir.loop import (
     IndexValue,
     Kernel,
     Load,
-    LoadCollector,
     LoopFunctor,
     MatMul,
     flat_index,
@@ -221,14 +220,6 @@ def expression_ops(exprs: list[Expr]) -> list[OpUse]:
     return walker.uses
 
 
-def _loads(k: Kernel) -> list[Load]:
-    found = LoadCollector()
-    for s in k.stores:
-        found.expr(s.value)
-        found.index(s.index)
-    return found.found
-
-
 def _copy_op(dtype: DType) -> OpUse:
     return OpUse("copy", UNARY, cost.family(dtype), cost.COPY_COST)
 
@@ -325,7 +316,7 @@ class Builder:
         index (§2.3); otherwise a new linear mapping."""
         out = k.stores[0]
         if not self.mapped(out.buf):
-            same = [ld for ld in _loads(k) if ld.buf.size == out.buf.size and ld.index == out.index]
+            same = [ld for ld in k.loads() if ld.buf.size == out.buf.size and ld.index == out.index]
             for ld in same:
                 self.mapping(ld.buf)
             if same:
@@ -377,7 +368,7 @@ class Builder:
     def _elementwise(self, k: Kernel) -> ComputeSet:
         T, W = self.target.tiles, self.target.workers
         out_map = self._output_mapping(k)
-        loads = _loads(k)
+        loads = k.loads()
         scan = k.reduce is not None
         names, dims = self._space(k, with_reduce=scan)
         if data_dependent(k.stores[0].index):  # a scatter: compute where the data comes from
@@ -484,7 +475,7 @@ class Builder:
         store = k.stores[0]
         out_known = self.mapped(store.buf)
         out_map = self.mappings[store.buf.uid] if out_known else single_tile_mapping(store.buf.size, 0, T)
-        loads = _loads(k)
+        loads = k.loads()
         for ld in loads:
             self.mapping(ld.buf)
         names, dims = self._space(k, with_reduce=True)
