@@ -322,15 +322,47 @@ def _pack(dst, src, at, stride, step, lines, width, kc):
 
 
 @codelet(inline="always")
+def slice_depth(k):
+    """The depth of each of the equal slices ``k`` is cut into (at most :data:`KC_MAX`)."""
+    slices = max(1, (k + KC_MAX - 1) // KC_MAX)
+    return max(1, (k + slices - 1) // slices)
+
+
+@codelet(inline="always")
+def packs_b(m, csb):
+    """Whether B is packed: when its columns are not contiguous, or when enough rows reuse it."""
+    return csb != 1 or m >= 4 * MR
+
+
+@codelet(inline="always")
+def _row_block(c, c_at, ldc, a, a_at, a_panel, rsa, csa, b, b_at, rsb, csb, pack_b, pb, mc, n, kc, alpha, beta):
+    """``C = alpha * A @ B + beta * C`` for a block of ``mc`` rows and a slice of ``kc`` of the depth:
+    ``A[i, p] = a[a_at + (i // MR)*a_panel + (i % MR)*rsa + p*csa]`` (packed: ``a_panel = MR*kc``; in
+    place: ``MR*rsa``), ``B[p, j] = b[b_at + p*rsb + j*csb]`` (``pack_b``: packed in ``pb`` already)."""
+    nr = NR32 if c.itemsize == 4 else NR64
+    for j0 in range(0, n, nr):
+        cols = min(nr, n - j0)
+        if pack_b:
+            panel, panel_at, panel_step = pb, j0 * kc, nr
+        elif cols < nr:
+            _pack(pb, b, b_at + j0 * csb, csb, rsb, cols, nr, kc)
+            panel, panel_at, panel_step = pb, 0, nr
+        else:
+            panel, panel_at, panel_step = b, b_at + j0, rsb
+        for r0 in range(0, mc, MR):
+            micro_kernel(kc, a, a_at + (r0 // MR) * a_panel, rsa, csa, panel, panel_at, panel_step,
+                         c, c_at + r0 * ldc + j0, ldc, alpha, beta, min(MR, mc - r0), cols)
+
+
+@codelet(inline="always")
 def gemm_block(c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alpha, beta, pa, pb):
     """One thread's ``C = alpha * A @ B + beta * C`` of an ``m x n`` block, with ``A[i, p] =
     a[a_at + i*rsa + p*csa]``, ``B[p, j] = b[b_at + p*rsb + j*csb]``, ``C[i, j] = c[c_at + i*ldc + j]``;
     ``pa``/``pb``: packing space of ``MC*KC_MAX`` and ``KC_MAX*round_up(n, NR)`` elements."""
     nr = NR32 if c.itemsize == 4 else NR64
     pack_a = n > 4 * nr  # why: A is reused by every column panel, worth packing when there are several
-    pack_b = csb != 1 or m >= 4 * MR  # B must be packed when its columns are not contiguous
-    slices = max(1, (k + KC_MAX - 1) // KC_MAX)
-    step = max(1, (k + slices - 1) // slices)
+    pack_b = packs_b(m, csb)
+    step = slice_depth(k)
     for p0 in range(0, k, step):
         kc = min(step, k - p0)
         scale_c = beta if p0 == 0 else 1.0
@@ -338,30 +370,43 @@ def gemm_block(c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alph
             _pack(pb, b, b_at + p0 * rsb, csb, rsb, n, nr, kc)
         for i0 in range(0, m, MC):
             mc = min(MC, m - i0)
+            at = a_at + i0 * rsa + p0 * csa
             if pack_a:
-                _pack(pa, a, a_at + i0 * rsa + p0 * csa, rsa, csa, mc, MR, kc)
-            for j0 in range(0, n, nr):
-                cols = min(nr, n - j0)
-                if pack_b:
-                    panel, panel_at, panel_step = pb, j0 * kc, nr
-                elif cols < nr:
-                    _pack(pb, b, b_at + p0 * rsb + j0 * csb, csb, rsb, cols, nr, kc)
-                    panel, panel_at, panel_step = pb, 0, nr
-                else:
-                    panel, panel_at, panel_step = b, b_at + p0 * rsb + j0, rsb
-                for r0 in range(0, mc, MR):
-                    if pack_a:
-                        block, block_at, row_step, col_step = pa, r0 * kc, 1, MR
-                    else:
-                        block, block_at, row_step, col_step = a, a_at + (i0 + r0) * rsa + p0 * csa, rsa, csa
-                    micro_kernel(kc, block, block_at, row_step, col_step, panel, panel_at, panel_step,
-                                 c, c_at + (i0 + r0) * ldc + j0, ldc, alpha, scale_c, min(MR, mc - r0), cols)
+                _pack(pa, a, at, rsa, csa, mc, MR, kc)
+                _row_block(c, c_at + i0 * ldc, ldc, pa, 0, MR * kc, 1, MR, b, b_at + p0 * rsb, rsb, csb, pack_b, pb,
+                           mc, n, kc, alpha, scale_c)
+            else:
+                _row_block(c, c_at + i0 * ldc, ldc, a, at, MR * rsa, rsa, csa, b, b_at + p0 * rsb, rsb, csb, pack_b,
+                           pb, mc, n, kc, alpha, scale_c)
+
+
+@codelet
+def packed_row_block(c, c_at, ldc, pa, b, b_at, rsb, csb, pack_b, pb, mc, n, kc, alpha, beta):
+    """:func:`_row_block` of a block of ``A`` packed in ``pa``, compiled once (not inlined into each of
+    the computed products that call it, whose compile it would make seconds long)."""
+    _row_block(c, c_at, ldc, pa, 0, MR * kc, 1, MR, b, b_at, rsb, csb, pack_b, pb, mc, n, kc, alpha, beta)
+    return 0
+
+
+@codelet
+def pack_b_slice(pb, b, b_at, rsb, csb, n, kc):
+    """Pack ``kc`` rows of ``B`` (``B[p, j] = b[b_at + p*rsb + j*csb]``) into ``NR``-column panels."""
+    _pack(pb, b, b_at, csb, rsb, n, NR32 if b.itemsize == 4 else NR64, kc)
+    return 0
 
 
 @codelet(inline="always")
-def _operand_strides(rows, cols, transposed):
+def operand_strides(rows, cols, transposed):
     """(row stride, column stride) of a row-major ``rows x cols`` operand, stored transposed or not."""
     return (1, rows) if transposed else (cols, 1)
+
+
+@codelet(inline="always")
+def panel_rows(i, panels, lo, hi, m):
+    """The rows ``[first, last)`` of matrix ``i`` among the ``MR``-row panels ``[lo, hi)`` of a batch of
+    ``panels`` panels per matrix."""
+    first = max(lo - i * panels, 0) * MR
+    return first, min(min(hi - i * panels, panels) * MR, m)
 
 
 @codelet
@@ -372,13 +417,43 @@ def gemm(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi):
     nr = NR32 if out.itemsize == 4 else NR64
     pa = np.empty(MC * KC_MAX, out.dtype)
     pb = np.empty(KC_MAX * ((n + nr - 1) // nr * nr), out.dtype)
-    rsa, csa = _operand_strides(m, k, ta)
-    rsb, csb = _operand_strides(k, n, tb)
+    rsa, csa = operand_strides(m, k, ta)
+    rsb, csb = operand_strides(k, n, tb)
     panels = (m + MR - 1) // MR
     for i in range(lo // panels, (hi - 1) // panels + 1 if hi > lo else 0):
-        first = max(lo - i * panels, 0) * MR
-        last = min(min(hi - i * panels, panels) * MR, m)
+        first, last = panel_rows(i, panels, lo, hi, m)
         gemm_block(out, i * m * n + first * n, n, a, i * a_bs + first * rsa, rsa, csa, b, i * b_bs, rsb, csb,
                    last - first, n, k, alpha, beta, pa, pb)
     return 0
 
+
+#: The codelet of a product whose ``A`` is computed as it is packed (the engine's implicit products,
+#: :mod:`popjit.codegen.implicit`, such as a convolution's, whose patches are never stored): :func:`gemm`
+#: with the packing of each block of ``A`` written in (``{pack}``: lines writing rows ``[prow, prow + prows)``,
+#: columns ``[pcol, pcol + pcols)`` of matrix ``pmat``'s ``A`` into ``pa`` as ``MR``-row panels,
+#: ``pa[(q // MR)*MR*pcols + e*MR + q % MR] = A[prow + q, pcol + e]``), calling the compiled kernels for the
+#: rest. The same sums in the same order as :func:`gemm_block` packing ``A``. why text, not a function
+#: taking the packing routine: Numba compiles a function per routine it is given, and with the kernels
+#: inlined that took 3-7 s for each convolution; as one generated function it is typed in a fraction of it.
+COMPUTED_GEMM = """
+def {name}(c, b, {operands}batch, m, n, k, tb, pob, b_bs, alpha, beta, lo, hi):
+    nr = kg.NR32 if c.itemsize == 4 else kg.NR64
+    pa = np.empty(kg.MC * kg.KC_MAX, c.dtype)
+    pb = np.empty(kg.KC_MAX * ((n + nr - 1) // nr * nr), c.dtype)
+    rsb, csb = kg.operand_strides(k, n, tb)
+    panels = (m + kg.MR - 1) // kg.MR
+    step = kg.slice_depth(k)
+    for pmat in range(lo // panels, (hi - 1) // panels + 1 if hi > lo else 0):
+        first, last = kg.panel_rows(pmat, panels, lo, hi, m)
+        pack_b = kg.packs_b(last - first, csb)
+        for pcol in range(0, k, step):
+            pcols = min(step, k - pcol)
+            if pack_b:
+                kg.pack_b_slice(pb, b, pmat * b_bs + pcol * rsb, rsb, csb, n, pcols)
+            for prow in range(first, last, kg.MC):
+                prows = min(kg.MC, last - prow)
+{pack}
+                kg.packed_row_block(c, pmat * m * n + prow * n, n, pa, b, pmat * b_bs + pcol * rsb, rsb, csb, pack_b,
+                                    pb, prows, n, pcols, alpha, beta if pcol == 0 else 1.0)
+    return 0
+"""

@@ -76,6 +76,10 @@ SETTINGS: dict[str, Setting] = {
                 "float matmuls: blas (the system BLAS), popjit (popjit's own gemm), auto (the own gemm where it "
                 "measured faster than the BLAS on this machine; not the default: a choice measured again after "
                 "the cache is emptied may differ, and with it a result's last bits)"),
+        Setting("IMPLICIT_GEMM", _bool, False,
+                "1: a float matmul operand written by one element-wise kernel and read only by matmuls (a "
+                "convolution's patches) is computed while popjit's own gemm packs it, never stored (0: stored, "
+                "then multiplied by the kernel POPJIT_MATMUL picks)"),
         Setting("SEED", int, None, "popjit run: tf.random.set_seed(N) before the program starts"),
         Setting("NUM_THREADS", int, None,
                 "threads of parallel codelets and matmuls (default: the cores this process may use, from its CPU "

@@ -36,6 +36,7 @@ import numpy as np
 
 from popjit import config, dtypes
 from popjit.codegen.host import PREFIX as HOST_PREFIX
+from popjit.codegen.implicit import ComputedOperand, plan_implicit, render_computed_product
 from popjit.codegen.interchange import chunk_rows, interchangeable
 from popjit.codegen.numerics import DEFAULT, TRAPPED, Numerics
 from popjit.codegen.render import Rendered, render_kernel
@@ -81,6 +82,7 @@ class EngineSource:
     callees: list[Callee] = field(default_factory=list)  # what K[i] calls
     body: list[Any] = field(default_factory=list)  # the statement tree (Invoke, Loop, WhileLoop, Branch)
     context_slot: int | None = None  # P[context_slot]: the collectives' context, set per replica (None: no collectives)
+    unmaterialised: frozenset[int] = frozenset()  # uids of buffers no statement writes (implicit products' operands)
 
     @property
     def rounding_state(self) -> bool:
@@ -198,6 +200,7 @@ class _Emitter(StmtVisitor):
         self.body: list[Any] = []
         self.collective_numbers = {id(c): k for k, c in enumerate(collectives(program))}
         self.context_slot: int | None = None
+        self.implicit = plan_implicit(program, numerics)
 
     def int(self, v: int) -> str:
         self.ints.append(int(v))
@@ -232,6 +235,8 @@ class _Emitter(StmtVisitor):
         self.body.append(Invoke(slot, tuple(args), comment, trap, rounds, ranges))
 
     def visit_kernel(self, s: Kernel) -> None:
+        if id(s) in self.implicit.skipped:
+            return  # why: its products compute what it would store (codegen/implicit.py)
         work = s.size * (int(np.prod(s.reduce.rdomain, dtype=np.int64)) if s.reduce is not None else 1)
         parallel = (work >= config.get("PARALLEL_MIN_ELEMENTS") and not config.get("DISABLE_NUMBA")
                     and not scatters(s))
@@ -243,6 +248,10 @@ class _Emitter(StmtVisitor):
         self.invoke(r.func, args, s.name, r.traps, r.rounding_state, r.split)
 
     def visit_matmul(self, s: MatMul) -> None:
+        computed = self.implicit.products.get(id(s))
+        if computed is not None:
+            self.computed_product(s, computed)
+            return
         fn = matmul_codelet(s.out.dtype)
         nums = [s.batch, s.m, s.n, s.k]
         args = [self.buf(s.out), self.buf(s.a), self.buf(s.b), *map(self.int, nums),
@@ -266,6 +275,16 @@ class _Emitter(StmtVisitor):
         self.invoke(fn, args, s.name, split=split)
         self.invoke(check, [self.buf(s.out), self.buf(s.a), self.buf(s.b), str(n.inv), str(n.oflo)], s.name, True,
                     half and n.sr)
+
+    def computed_product(self, s: MatMul, a: ComputedOperand) -> None:
+        """A product whose ``A`` is computed as it is packed, on popjit's own gemm, split over threads as
+        :func:`popjit.kernels.gemm.gemm` is."""
+        r = render_computed_product(a.value, s.out.dtype, a.domain, a.outer, a.transposed)
+        self.codelets[r.func] = r
+        args = [self.buf(s.out), self.buf(s.b), *map(self.buf, r.buffers), *map(self.int, r.ints),
+                *map(self.float, r.floats), *map(self.int, (s.batch, s.m, s.n, s.k)), str(bool(s.tb)),
+                self.int(a.outer_stride), self.int(s.b_batch_stride), self.float(s.alpha), self.float(s.beta)]
+        self.invoke(r.func, args, s.name, split=(panels(s.batch, s.m), grain(s.n, s.k)))
 
     def visit_copy(self, s: Copy) -> None:
         self.library["copy"] = "popjit.kernels.copy"
@@ -378,4 +397,5 @@ def render_engine(program: Program, numerics: Numerics = DEFAULT) -> EngineSourc
     source = source.replace("def engine(", f"def {name}(", 1)
     return EngineSource(source, name, em.codelets, em.arguments, np.array(em.ints, dtype=np.int64),
                         np.array(em.floats, dtype=np.float64), em.library, numerics,
-                        em.compute_sets, list(em.callees), em.body, em.context_slot)
+                        em.compute_sets, list(em.callees), em.body, em.context_slot,
+                        frozenset(b.uid for b in em.implicit.unmaterialised))

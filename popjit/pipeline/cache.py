@@ -63,8 +63,9 @@ def compile_cached(graph: Graph, target: Target | None, on_ipu: bool = False,
     share it; different programs compile concurrently. ``fingerprint``: the graph's, if the caller
     keeps it (computing it prints the whole graph).
     """
-    # why the matmul setting: it picks the kernels, whose sums round differently
-    key = (fingerprint or graph.fingerprint(), target, on_ipu, numerics, config.get("MATMUL"))
+    # why the matmul settings: they pick the kernels, whose sums round differently
+    key = (fingerprint or graph.fingerprint(), target, on_ipu, numerics, config.get("MATMUL"),
+           config.get("IMPLICIT_GEMM"))
     with _lock:
         exe = _cached(key)
         if exe is not None:

@@ -176,7 +176,8 @@ class Executable:
         buffers += [device_view(o, b) for o, b in zip(outs, p.outs)]
         buffers += [device_view(fed[b.uid], b) for b in p.stream_in]
         buffers += [device_view(drained[b.uid], b) for b in p.stream_out]
-        buffers += [np.empty(b.size, storage_dtype(b.dtype)) for b in p.temps]
+        unmaterialised = self.engine_source.unmaterialised  # why: never written, so never allocated
+        buffers += [np.empty(0 if b.uid in unmaterialised else b.size, storage_dtype(b.dtype)) for b in p.temps]
         return buffers
 
     def _rounding_state(self, rounding: np.ndarray | None) -> tuple[np.ndarray, ...]:
