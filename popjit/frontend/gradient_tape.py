@@ -343,12 +343,21 @@ class _GradOps:
         return convert_to_tensor(np.asarray(value, dtype=x.dtype.np))
 
     @staticmethod
-    def replay(region: Any, args: list[Tensor]) -> list[Tensor]:
-        """Apply a region's nodes again to ``args`` (recorded on the active tapes)."""
+    def replay(region: Any, args: list[Tensor], stashed: dict[int, Tensor] | None = None) -> list[Tensor]:
+        """Apply a region's nodes again to ``args`` (recorded on the active tapes); ``stashed``: values of
+        its nodes kept from the first run, used instead of computing them again."""
         # why: replay is built on this module (importing it at the top would be circular)
         from popjit.frontend.replay import replay
 
-        return replay(region, args)
+        return replay(region, args, stashed=stashed)
+
+    @staticmethod
+    def replay_keeping(region: Any, args: list[Tensor], keep: list[Any]) -> tuple[list[Tensor], list[Tensor]]:
+        """:meth:`replay`, and the tensors it computed for the region's values ``keep``."""
+        # why: replay is built on this module (importing it at the top would be circular)
+        from popjit.frontend.replay import replay_keeping
+
+        return replay_keeping(region, args, keep)
 
     @staticmethod
     def dynamic_update_slice(operand: Tensor, update: Tensor, begin: Tensor) -> Tensor:

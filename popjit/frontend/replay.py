@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from popjit.errors import UnimplementedError
+from popjit.frontend.gradient_tape import record
 from popjit.frontend.tensor import Tensor
 from popjit.frontend.tracing import apply_op, current_trace
 from popjit.ir.graph import Node, Region, Value
@@ -37,12 +38,31 @@ def free_values(regions: Sequence[Region]) -> list[Value]:
     return [v for uid, v in used.items() if uid not in defined]
 
 
-def replay(region: Region, args: Sequence[Tensor], captured: Mapping[int, Tensor] | None = None) -> list[Tensor]:
+def replay(region: Region, args: Sequence[Tensor], captured: Mapping[int, Tensor] | None = None,
+           stashed: Mapping[int, Tensor] | None = None) -> list[Tensor]:
     """Apply ``region``'s nodes again to ``args`` (its parameters); its results as tensors.
 
     ``captured`` maps values of enclosing regions that are being replayed too (by uid) to their
     new tensors, so a nested branch or loop reads the replayed values, not the originals.
+    ``stashed`` maps outputs of the region's own nodes (by uid) to tensors holding the values they had
+    when the region first ran: such a node is not computed again, its stashed value is used and
+    recorded on the active tapes as the node's output, so gradients still flow to its inputs through
+    the op's own rule.
     """
+    env = _replayed(region, args, captured, stashed or {})
+    return [env[v.uid] if v.uid in env else Tensor.symbolic(v, current_trace()) for v in region.results]
+
+
+def replay_keeping(region: Region, args: Sequence[Tensor], keep: Sequence[Value]) -> tuple[list[Tensor], list[Tensor]]:
+    """:func:`replay`, and the tensors the replay computed for ``keep`` (outputs of the region's nodes)."""
+    env = _replayed(region, args, None, {})
+    results = [env[v.uid] if v.uid in env else Tensor.symbolic(v, current_trace()) for v in region.results]
+    return results, [env[v.uid] for v in keep]
+
+
+def _replayed(region: Region, args: Sequence[Tensor], captured: Mapping[int, Tensor] | None,
+              stashed: Mapping[int, Tensor]) -> dict[int, Tensor]:
+    """The tensors of a replay of ``region``: every value it defines (and ``captured``), by uid."""
     trace = current_trace()
     assert trace is not None, "replay only happens while tracing"
     env: dict[int, Tensor] = dict(captured or {})
@@ -52,9 +72,14 @@ def replay(region: Region, args: Sequence[Tensor], captured: Mapping[int, Tensor
         return env[v.uid] if v.uid in env else Tensor.symbolic(v, trace)
 
     for node in region.nodes:
-        outs = _replay_node(node, [get(v) for v in node.inputs], env)
+        inputs = [get(v) for v in node.inputs]
+        if node.outputs and all(v.uid in stashed for v in node.outputs):
+            outs = [stashed[v.uid] for v in node.outputs]
+            record(node.op, inputs, outs, node.attrs)
+        else:
+            outs = _replay_node(node, inputs, env)
         env.update({v.uid: o for v, o in zip(node.outputs, outs)})
-    return [get(v) for v in region.results]
+    return env
 
 
 def _replay_node(node: Node, inputs: list[Tensor], env: Mapping[int, Tensor]) -> list[Tensor]:

@@ -15,7 +15,8 @@ from typing import Any
 
 from popjit.errors import InvalidArgumentError, UnimplementedError
 from popjit.ir.graph import Aval
-from popjit.ir.opdef import CONTROL, OpDef, register
+from popjit.ir.opdef import CONTROL, MATMUL, OpDef, register
+from popjit.ops import registry
 
 
 def _while_infer(*carried: Aval, **attrs: Any) -> tuple[Aval, ...]:
@@ -64,12 +65,13 @@ def _floating(xs: list[Any]) -> list[int]:
 
 
 def _grads_through(t: Any, region: Any, args: list[Any], wrt: list[Any], outputs: list[Any],
-                   cts: list[Any]) -> list[Any]:
-    """d(region(args))/d(wrt) contracted with ``cts`` (zeros where a source is unconnected)."""
+                   cts: list[Any], stashed: dict[int, Any] | None = None) -> list[Any]:
+    """d(region(args))/d(wrt) contracted with ``cts`` (zeros where a source is unconnected); ``stashed``:
+    values of the region's nodes kept from its first run (see :func:`stashed_products`)."""
     with t.GradientTape() as tape:
         for x in wrt:
             tape.watch(x)
-        outs = t.replay(region, args)
+        outs = t.replay(region, args, stashed)
     keep = [i for i, (o, c) in enumerate(zip(outs, cts)) if c is not None and o.dtype.is_floating]
     if not keep or not wrt:
         return [t.zeros_like(x) for x in wrt]
@@ -114,10 +116,13 @@ def while_vjp(t: Any, primals: list, outputs: list, cts: list, node: Any) -> lis
         for i in _floating(free):
             result[k + i] = t.zeros_like(free[i])
         return result
-    states = _forward_states(t, node.regions[1], init, n)
+    body = node.regions[1]
+    products = stashed_products(body, n)
+    states, stashes = _forward_states(t, body, init, n, products)
     fc, ff = _floating(init), _floating(free)
     ct0 = [cts[i] if cts[i] is not None else t.zeros_like(outputs[i]) for i in fc]
-    ct_init, ct_free = _backward_loop(t, node.regions[1], states, init, [free[i] for i in ff], fc, ct0, n)
+    saved = _Saved(states, {v.uid: s for v, s in zip(products, stashes)})
+    ct_init, ct_free = _backward_loop(t, body, saved, init, [free[i] for i in ff], fc, ct0, n)
     for i, g in zip(fc, ct_init):
         result[i] = g
     for i, g in zip(ff, ct_free):
@@ -125,21 +130,69 @@ def while_vjp(t: Any, primals: list, outputs: list, cts: list, node: Any) -> lis
     return result
 
 
-def _forward_states(t: Any, body: Any, init: list[Any], n: int) -> list[Any]:
-    """Replay the loop, stacking each iteration's carried values (before the step) into ``[n, ...]``."""
-    stacks = [t.zeros([n, *t.shape_of(x)], x.dtype) for x in init]
+#: The most bytes of matrix products a differentiated loop keeps for its backward pass (over all its
+#: iterations); products beyond it are computed again there.
+STASH_BYTES = 64 << 20
+
+
+def stashed_products(body: Any, n: int) -> list[Any]:
+    """The matrix products of a loop body (its top-level matmul nodes with a floating result) that
+    depend on the iteration's carried values, in order, as many as fit :data:`STASH_BYTES` over ``n``
+    iterations. The forward loop keeps each iteration's value of them, so the backward loop reads them
+    instead of multiplying again (an LSTM's ``h @ U`` is then done once forwards, not twice)."""
+    varying = {p.uid for p in body.params}
+    products, used = [], 0
+    for node in body.nodes:
+        if not node.regions and not any(v.uid in varying for v in node.inputs):
+            continue  # why: a node with regions may read the carried values inside them, so it counts as varying
+        varying.update(v.uid for v in node.outputs)
+        (out,) = node.outputs if len(node.outputs) == 1 else (None,)
+        if registry.get(node.op).kind != MATMUL or out is None or not out.aval.dtype.is_floating:
+            continue
+        size = n * out.aval.nbytes
+        if used + size <= STASH_BYTES:
+            products.append(out)
+            used += size
+    return products
+
+
+class _Saved:
+    """What the forward loop kept for the backward one: each iteration's carried values (``states``,
+    stacked ``[n, ...]``) and its stashed products (by the uid of the body's value, stacked)."""
+
+    def __init__(self, states: list[Any], stashes: dict[int, Any]) -> None:
+        self.states, self.stashes = states, stashes
+
+
+def _stacks(t: Any, values: list[Any], n: int) -> list[Any]:
+    return [t.zeros([n, *t.shape_of(x)], x.dtype) for x in values]
+
+
+def _forward_states(t: Any, body: Any, init: list[Any], n: int, products: list[Any]) -> tuple[list[Any], list[Any]]:
+    """Replay the loop, stacking each iteration's carried values (before the step) and the body's
+    ``products`` into ``[n, ...]``."""
+    product_stacks = [t.zeros([n, *v.aval.shape], v.aval.dtype) for v in products]
+    k, m = len(init), len(products)
 
     def step(i: Any, *vals: Any) -> list[Any]:
-        carry, saved = list(vals[: len(init)]), list(vals[len(init):])
-        begin = lambda x: t.stack([i] + [t.constant(0, t.int32)] * len(t.shape_of(x)))  # noqa: E731
-        saved = [t.dynamic_update_slice(s, t.expand_dims(c, 0), begin(c)) for s, c in zip(saved, carry)]
-        return [i + 1, *t.replay(body, carry), *saved]
+        carry, saved, kept = list(vals[:k]), list(vals[k:2 * k]), list(vals[2 * k:])
+        results, computed = t.replay_keeping(body, carry, products)
+        saved = [_put_row(t, s, c, i) for s, c in zip(saved, carry)]
+        kept = [_put_row(t, s, c, i) for s, c in zip(kept, computed)]
+        return [i + 1, *results, *saved, *kept]
 
-    out = t.while_loop(lambda i, *v: i < n, step, [t.constant(0, t.int32), *init, *stacks], trip_count=n)
-    return list(out[1 + len(init):])
+    out = t.while_loop(lambda i, *v: i < n, step, [t.constant(0, t.int32), *init, *_stacks(t, init, n),
+                                                    *product_stacks], trip_count=n)
+    return list(out[1 + k:1 + 2 * k]), list(out[1 + 2 * k:1 + 2 * k + m])
 
 
-def _backward_loop(t: Any, body: Any, states: list[Any], init: list[Any], free: list[Any], fc: list[int],
+def _put_row(t: Any, stack: Any, row: Any, i: Any) -> Any:
+    """``stack`` with ``stack[i] = row`` for a run-time ``i``."""
+    begin = t.stack([i] + [t.constant(0, t.int32)] * len(t.shape_of(row)))
+    return t.dynamic_update_slice(stack, t.expand_dims(row, 0), begin)
+
+
+def _backward_loop(t: Any, body: Any, saved: _Saved, init: list[Any], free: list[Any], fc: list[int],
                    ct0: list[Any], n: int) -> tuple[list[Any], list[Any]]:
     """Walk the iterations backwards, carrying cotangents of the floating carried values and summing
     those of the captured values."""
@@ -148,12 +201,13 @@ def _backward_loop(t: Any, body: Any, states: list[Any], init: list[Any], free: 
     def step(j: Any, *vals: Any) -> list[Any]:
         ct, acc = list(vals[: len(fc)]), list(vals[len(fc):])
         i = (n - 1) - j
-        carry = [_row(t, s, i) for s in states]
+        carry = [_row(t, s, i) for s in saved.states]
+        stashed = {uid: _row(t, s, i) for uid, s in saved.stashes.items()}
         wrt = [carry[c] for c in fc] + free
         cts_out: list[Any] = [None] * len(init)
         for c, g in zip(fc, ct):
             cts_out[c] = g
-        grads = _grads_through(t, body, carry, wrt, carry, cts_out)
+        grads = _grads_through(t, body, carry, wrt, carry, cts_out, stashed)
         return [j + 1, *grads[: len(fc)], *[a + g for a, g in zip(acc, grads[len(fc):])]]
 
     out = t.while_loop(lambda j, *v: j < n, step, [t.constant(0, t.int32), *ct0, *acc0], trip_count=n)
