@@ -88,3 +88,14 @@ def blas_threads(count: int) -> Iterator[None]:
 #: per time step) waking and syncing its other threads costs more than it saves; when another
 #: process or popjit's own workers hold a core, a split [128,32]@[32,512] took 14x longer.
 SERIAL_GEMM_MACS = 1 << 22
+
+#: From this many multiply-adds a gemm runs on OpenBLAS's own threads; between
+#: :data:`SERIAL_GEMM_MACS` and this the engine splits it over popjit's pool
+#: (:mod:`popjit.kernels.blas_split`). why: OpenBLAS's threads busy-wait, on each other inside a call
+#: and for ~0.1 s after it, so on a host whose cores are shared (another process, or popjit's own
+#: workers on the next codelet) a call waits for a descheduled spinner: on a 2-core AMD EPYC beside one
+#: busy process the Keras CNN (K1, 71M-multiply-add convolutions) took 3.3-4.0 s an epoch with them and
+#: 2.4-2.5 s split (2.2-2.4 s either way when quiet; beside a two-threaded process 29-60 s against 2.6 s).
+#: Above this, OpenBLAS's threads sharing packed panels are 30% faster than separate calls on a
+#: quiet host (the MLP W2's 200M-268M products: 1.75 s against 2.3-2.7 s for 100 steps).
+BLAS_THREADS_MACS = 1 << 27

@@ -265,6 +265,8 @@ class _Emitter(StmtVisitor):
             args += [str(n.nanoo), str(n.sr)] + (["R[0]", "R[1]", "R[2]"] if n.sr else ["0", "0", "0"])
         elif uses_own_gemm(storage_dtype(s.out.dtype), s.batch, s.m, s.n, s.k, s.ta, s.tb):
             fn, module, split = "gemm", "popjit.kernels.gemm", (panels(s.batch, s.m), grain(s.n, s.k))
+        elif fn in ("matmul_f32", "matmul_f64") and (parts := _blas_split(s.batch, s.m, s.n, s.k)) is not None:
+            fn, module, split = "matmul_split", "popjit.kernels.blas_split", parts  # why: no spinning BLAS threads
         self.library[fn] = module
         traps = bool(n.inv or n.oflo) and s.out.dtype.is_floating
         if not traps:
@@ -314,6 +316,14 @@ class _Emitter(StmtVisitor):
 
     def visit_if(self, s: If) -> None:
         self.body.append(Branch(self.buf(s.pred), self.nested(s.then), self.nested(s.orelse)))
+
+
+def _blas_split(batch: int, m: int, n: int, k: int) -> tuple[int, int] | None:
+    """``kernels.blas_split.blas_split``, imported when first needed: the module defines Numba codelets,
+    which touch the cache directory (and so read TF_POPLAR_FLAGS) when imported."""
+    from popjit.kernels.blas_split import blas_split
+
+    return blas_split(batch, m, n, k)
 
 
 def _runs_anywhere(node: Any) -> bool:

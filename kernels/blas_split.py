@@ -1,0 +1,91 @@
+"""Mid-sized float32/float64 matmuls on the system BLAS, split over popjit's thread pool.
+
+A product of :data:`~popjit.kernels.blas.SERIAL_GEMM_MACS` multiply-adds or more, below
+:data:`~popjit.kernels.blas.BLAS_THREADS_MACS`, does not run on OpenBLAS's own threads. why not:
+they busy-wait, on each other inside a call and for ~0.1 s after it, so on a machine whose cores
+are shared (with other processes, or with popjit's own workers on the next parallel codelet) a call
+waits for a descheduled spinner (the numbers are at ``BLAS_THREADS_MACS``). Larger products keep
+OpenBLAS's threads, which share packed panels and are faster there on a quiet host.
+
+Instead the engine splits the product like any parallel codelet (:mod:`popjit.codegen.native`):
+``C`` is cut into blocks of :data:`BLOCK` rows (when it has at least as many rows as columns) or
+columns, and each task runs a serial BLAS call on a range of blocks. popjit's workers sleep when
+idle, and every multiply-add is still OpenBLAS's (each element of ``C`` is the same dot product
+over ``k`` as in one call).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .blas import (
+    BLAS_THREADS_MACS,
+    HAVE_CBLAS,
+    NO_TRANS,
+    ROW_MAJOR,
+    SERIAL_GEMM_MACS,
+    TRANS,
+    cblas_dgemm,
+    cblas_sgemm,
+    set_threads_local,
+)
+from .jit import codelet
+
+#: Rows or columns of ``C`` per unit of a split product.
+BLOCK = 16
+
+
+def splits_by_rows(m: int, n: int) -> bool:
+    """Whether a split product is cut along its rows (else its columns)."""
+    return m >= n
+
+
+def blas_split(batch: int, m: int, n: int, k: int) -> tuple[int, int] | None:
+    """``(units, units per task)`` of a product the engine splits over its threads, or None for one
+    that runs as one BLAS call (BLAS unavailable, below ``SERIAL_GEMM_MACS``: serially, or from
+    ``BLAS_THREADS_MACS``: on OpenBLAS's threads)."""
+    if not HAVE_CBLAS or not SERIAL_GEMM_MACS <= batch * m * n * k < BLAS_THREADS_MACS:
+        return None
+    cut, other = (m, n) if splits_by_rows(m, n) else (n, m)
+    units = batch * -(-cut // BLOCK)
+    grain = max(1, -(-SERIAL_GEMM_MACS // (BLOCK * other * k)))
+    return units, grain
+
+
+if HAVE_CBLAS:
+
+    @codelet(inline="always")
+    def _call(out, a, b, a_at, b_at, c_at, m, n, k, ta, tb, lda, ldb, ldc, alpha, beta):
+        """One serial BLAS call on element offsets of the flat operands."""
+        if out.itemsize == 4:
+            cblas_sgemm(ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, np.float32(alpha),
+                        a[a_at:].ctypes.data, lda, b[b_at:].ctypes.data, ldb, np.float32(beta),
+                        out[c_at:].ctypes.data, ldc)
+        else:
+            cblas_dgemm(ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, alpha,
+                        a[a_at:].ctypes.data, lda, b[b_at:].ctypes.data, ldb, beta, out[c_at:].ctypes.data, ldc)
+
+    @codelet
+    def matmul_split(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi):
+        """Units ``[lo, hi)`` of a product split by :func:`blas_split` (the arguments of
+        :func:`popjit.kernels.matmul.matmul_f32`, then the range), each a serial BLAS call per
+        batch entry; the thread's BLAS thread count is left as it was."""
+        lda = m if ta else k
+        ldb = k if tb else n
+        by_rows = m >= n
+        cut = m if by_rows else n
+        per = (cut + BLOCK - 1) // BLOCK
+        previous = set_threads_local(1)
+        for i in range(lo // per, (hi - 1) // per + 1 if hi > lo else 0):
+            first = max(lo - i * per, 0) * BLOCK
+            last = min(min(hi - i * per, per) * BLOCK, cut)
+            if by_rows:
+                a_at = i * a_bs + (first if ta else first * k)
+                _call(out, a, b, a_at, i * b_bs, i * m * n + first * n, last - first, n, k, ta, tb, lda, ldb, n,
+                      alpha, beta)
+            else:
+                b_at = i * b_bs + (first * k if tb else first)
+                _call(out, a, b, i * a_bs, b_at, i * m * n + first, m, last - first, k, ta, tb, lda, ldb, n,
+                      alpha, beta)
+        set_threads_local(previous)
+        return 0

@@ -1,0 +1,116 @@
+"""Mid-sized float matmuls on the system BLAS split over popjit's threads (:mod:`popjit.kernels.blas_split`):
+any cut of the units into ranges computes NumPy's product, each task is large enough, the thread's
+BLAS thread count is restored, only products between ``SERIAL_GEMM_MACS`` and ``BLAS_THREADS_MACS``
+are split, and a compiled program uses the split kernel for such a product (and gives NumPy's
+numbers, gradients included) and OpenBLAS's own call for a larger one."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import popjit.tensorflow as tf
+from popjit.kernels import blas
+from popjit.kernels.blas_split import BLOCK, blas_split, splits_by_rows
+
+pytestmark = pytest.mark.skipif(not blas.HAVE_CBLAS, reason="NumPy's OpenBLAS is not available")
+
+
+def thread_local_count(n: int) -> int:
+    """Set this thread's OpenBLAS thread count to ``n``; the previous count."""
+    lib = blas._numpy_openblas()
+    assert lib is not None
+    return int(ctypes.c_int(lib.openblas_set_num_threads_local(n)).value)
+
+
+def units(batch: int, m: int, n: int) -> int:
+    """How many units :func:`matmul_split` cuts a product into (as :func:`blas_split` counts them)."""
+    return batch * -(-(m if splits_by_rows(m, n) else n) // BLOCK)
+
+
+@st.composite
+def products(draw: st.DrawFn) -> dict:
+    """A batched product with transposes, broadcast operands, alpha/beta and a random cut of its units."""
+    batch, m, n = draw(st.integers(1, 3)), draw(st.integers(1, 60)), draw(st.integers(1, 60))
+    k = draw(st.integers(1, 40))
+    total = units(batch, m, n)
+    cuts = sorted(draw(st.lists(st.integers(0, total), max_size=4)))
+    return {"batch": batch, "m": m, "n": n, "k": k, "ta": draw(st.booleans()), "tb": draw(st.booleans()),
+            "share_a": draw(st.booleans()), "share_b": draw(st.booleans()),
+            "alpha": draw(st.sampled_from([1.0, 0.5, -2.0])), "beta": draw(st.sampled_from([0.0, 1.0, 0.25])),
+            "dtype": draw(st.sampled_from([np.float32, np.float64])), "ranges": list(zip([0, *cuts], [*cuts, total]))}
+
+
+@settings(max_examples=60, deadline=None)
+@given(products())
+def test__any_cut_of_the_units__computes_numpys_product(p: dict) -> None:
+    from popjit.kernels.blas_split import matmul_split
+
+    rng = np.random.default_rng(p["m"] * 131 + p["n"] * 7 + p["k"])
+    batch, m, n, k, dtype = p["batch"], p["m"], p["n"], p["k"], p["dtype"]
+    a = rng.uniform(-1, 1, (1 if p["share_a"] else batch, *((k, m) if p["ta"] else (m, k)))).astype(dtype)
+    b = rng.uniform(-1, 1, (1 if p["share_b"] else batch, *((n, k) if p["tb"] else (k, n)))).astype(dtype)
+    out = rng.uniform(-1, 1, (batch, m, n)).astype(dtype)
+    op_a = np.swapaxes(a, -1, -2) if p["ta"] else a
+    op_b = np.swapaxes(b, -1, -2) if p["tb"] else b
+    want = p["alpha"] * (op_a.astype(np.float64) @ op_b) + p["beta"] * out
+    flat = out.reshape(-1)
+    before = thread_local_count(2)
+    try:
+        for lo, hi in p["ranges"]:
+            matmul_split(flat, a.reshape(-1), b.reshape(-1), batch, m, n, k, p["ta"], p["tb"],
+                         0 if p["share_a"] else m * k, 0 if p["share_b"] else k * n, p["alpha"], p["beta"], lo, hi)
+        assert thread_local_count(2) == 2, "the split gemm left this thread's BLAS thread count changed"
+    finally:
+        thread_local_count(before)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(out, want, rtol=tol, atol=tol * k)
+
+
+@given(st.integers(1, 4), st.integers(1, 3000), st.integers(1, 3000), st.integers(1, 3000))
+def test__a_split__covers_the_product_in_tasks_of_serial_size(batch: int, m: int, n: int, k: int) -> None:
+    split = blas_split(batch, m, n, k)
+    if batch * m * n * k < blas.SERIAL_GEMM_MACS:
+        assert split is None, "small products stay one serial call"
+        return
+    if batch * m * n * k >= blas.BLAS_THREADS_MACS:
+        assert split is None, "large products run on OpenBLAS's threads"
+        return
+    assert split is not None
+    count, grain = split
+    assert count == units(batch, m, n)
+    other = n if splits_by_rows(m, n) else m
+    assert grain * BLOCK * other * k >= blas.SERIAL_GEMM_MACS > (grain - 1) * BLOCK * other * k
+
+
+def dense_step(x, w):
+    with tf.GradientTape() as tape:
+        tape.watch(w)
+        loss = tf.reduce_sum(tf.matmul(x, w) ** 2)
+    return [loss, tape.gradient(loss, w)]
+
+
+def test__a_compiled_large_product__runs_split_and_equals_numpy() -> None:
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-1, 1, (300, 130)).astype(np.float32)
+    w = rng.uniform(-0.2, 0.2, (130, 200)).astype(np.float32)
+    step = tf.function(dense_step, jit_compile=True)
+    loss, grad = (r.numpy() for r in step(x, w))
+    callees = [c.name for c in step.get_concrete_function(x, w).executable("/device:CPU:0").engine_source.callees]
+    assert "matmul_split" in callees
+    h = x.astype(np.float64) @ w
+    np.testing.assert_allclose(loss, (h ** 2).sum(), rtol=1e-5)
+    np.testing.assert_allclose(grad, 2 * x.T.astype(np.float64) @ h, rtol=1e-4, atol=1e-3)
+
+
+def test__a_compiled_product_past_the_split_range__runs_on_openblas_threads() -> None:
+    side = 1 + round(blas.BLAS_THREADS_MACS ** (1 / 3))
+    a = np.ones((side, side), np.float32)
+    matmul = tf.function(tf.matmul, jit_compile=True)
+    callees = [c.name for c in matmul.get_concrete_function(a, a).executable("/device:CPU:0").engine_source.callees]
+    assert "matmul_f32" in callees and "matmul_split" not in callees
+    np.testing.assert_array_equal(matmul(a, a).numpy()[:2, :2], np.full((2, 2), side, np.float32))
