@@ -1,0 +1,111 @@
+"""Where a workload's time goes, codelet by codelet: ``perf`` samples of popjit's machine code.
+
+    python -m benchmarks.codelet_profile keras --model 0      # K1, the Keras CNN
+    python -m benchmarks.codelet_profile train --batch 256 --h1 1024 --h2 1024
+
+The workload is built and called once (compiling it), then ``perf record`` samples this process while
+it is called ``--calls`` more times. popjit's program libraries are machine code loaded at run time,
+which perf cannot name by itself: before sampling, every function of every program library loaded so
+far is written to ``/tmp/perf-<pid>.map`` (perf's map of JIT code: start, size, name), so the report
+names codelets (``k12.3``: the engine's 13th codelet), library kernels and the engine. The report is
+perf's own, sorted by samples per symbol; ``--threads`` splits it by thread (the pool's workers).
+
+A developer's tool (Linux, ``perf`` on the PATH, ``kernel.perf_event_paranoid`` ≤ 2); it is not part of
+the package and not run by the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import llvmlite.binding as llvm
+
+from benchmarks import workloads
+from benchmarks.firstcall import SIZES
+
+#: Each program library loaded since :func:`_record_loaded_libraries`: its serialized parts and itself.
+_LIBRARIES: list[tuple[list[tuple], Any]] = []
+
+
+def _record_loaded_libraries() -> None:
+    """Keep every program library loaded from now on (its serialized parts and code libraries)."""
+    from popjit.codegen import library
+
+    original = library._loaded
+
+    def loaded(serialized: list[tuple], *args: Any, **kwargs: Any) -> Any:
+        result = original(serialized, *args, **kwargs)
+        _LIBRARIES.append((serialized, result))
+        return result
+
+    library._loaded = loaded
+
+
+def _defined_functions(part: tuple) -> list[str]:
+    """The names of the functions a serialized part defines (from the bitcode it carries)."""
+    _, _, (_, bitcode) = part
+    module = llvm.parse_bitcode(bitcode)
+    return [f.name for f in module.functions if not f.is_declaration]
+
+
+def write_perf_map(path: Path) -> int:
+    """Write perf's JIT map of every recorded program library's functions; how many were written."""
+    symbols: dict[int, str] = {}
+    for serialized, library in _LIBRARIES:
+        for part, code in zip(serialized, library._libraries):
+            for name in _defined_functions(part):
+                address = code.get_pointer_to_function(name)
+                if address:
+                    symbols[address] = name
+    starts = sorted(symbols)
+    with path.open("w") as f:
+        for start, end in zip(starts, [*starts[1:], starts[-1] + 4096] if starts else []):
+            f.write(f"{start:x} {min(end - start, 1 << 20):x} {symbols[start]}\n")
+    return len(starts)
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.codelet_profile", description=__doc__.split("\n")[0])
+    parser.add_argument("workload", choices=sorted(workloads.IMPLS))
+    for size in SIZES:
+        parser.add_argument(f"--{size}", type=int)
+    parser.add_argument("--calls", type=int, default=3, help="calls sampled after the first (default 3)")
+    parser.add_argument("--top", type=int, default=40, help="symbols shown (default 40)")
+    parser.add_argument("--threads", action="store_true", help="split the report by thread")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    _record_loaded_libraries()
+    sizes = {k: v for k in SIZES if (v := getattr(args, k)) is not None}
+    problem = workloads.problem(args.workload, **sizes)
+    case = workloads.instantiate(problem, "popjit")
+    case.result()
+    count = write_perf_map(Path(f"/tmp/perf-{os.getpid()}.map"))
+    with tempfile.TemporaryDirectory(prefix="popjit-perf-") as d:
+        data = Path(d) / "perf.data"
+        perf = subprocess.Popen(["perf", "record", "-q", "-F", "2000", "-o", str(data), "-p", str(os.getpid())])
+        try:
+            for _ in range(args.calls):
+                case.call()
+        finally:
+            perf.send_signal(2)
+            perf.wait()
+        sort = "tid,sym" if args.threads else "sym"
+        report = subprocess.run(["perf", "report", "-i", str(data), "--stdio", "--sort", sort, "--percent-limit",
+                                 "0.3"], capture_output=True, text=True).stdout
+    print(f"{problem.label}: {args.calls} calls sampled; {count} functions of popjit's program libraries mapped")
+    lines = [ln for ln in report.splitlines() if ln.strip() and not ln.startswith("#")]
+    print("\n".join(lines[:args.top]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
