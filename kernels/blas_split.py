@@ -1,7 +1,8 @@
-"""Mid-sized float32/float64 matmuls on the system BLAS, split over popjit's thread pool.
+"""Tall mid-sized float32/float64 matmuls on the system BLAS, split over popjit's thread pool.
 
 A product of :data:`~popjit.kernels.blas.SERIAL_GEMM_MACS` multiply-adds or more, below
-:data:`~popjit.kernels.blas.BLAS_THREADS_MACS`, does not run on OpenBLAS's own threads. why not:
+:data:`~popjit.kernels.blas.BLAS_THREADS_MACS`, with at least :data:`SPLIT_MIN_ROWS` rows, does not
+run on OpenBLAS's own threads. why not:
 they busy-wait, on each other inside a call and for ~0.1 s after it, so on a machine whose cores
 are shared (with other processes, or with popjit's own workers on the next parallel codelet) a call
 waits for a descheduled spinner (the numbers are at ``BLAS_THREADS_MACS``). Larger products keep
@@ -33,6 +34,11 @@ from .jit import codelet
 
 #: Rows or columns of ``C`` per unit of a split product.
 BLOCK = 16
+#: Only products of at least this many rows are split. why: on a quiet host OpenBLAS's threads run a
+#: short product faster than separate calls on its slices (the MLP W1's 32-row products: 100 steps in
+#: 40-42 ms with them, 67 ms split), while a tall one (a convolution's rows of output positions) splits
+#: as well as they run it.
+SPLIT_MIN_ROWS = 1024
 
 
 def splits_by_rows(m: int, n: int) -> bool:
@@ -42,9 +48,9 @@ def splits_by_rows(m: int, n: int) -> bool:
 
 def blas_split(batch: int, m: int, n: int, k: int) -> tuple[int, int] | None:
     """``(units, units per task)`` of a product the engine splits over its threads, or None for one
-    that runs as one BLAS call (BLAS unavailable, below ``SERIAL_GEMM_MACS``: serially, or from
-    ``BLAS_THREADS_MACS``: on OpenBLAS's threads)."""
-    if not HAVE_CBLAS or not SERIAL_GEMM_MACS <= batch * m * n * k < BLAS_THREADS_MACS:
+    that runs as one BLAS call (BLAS unavailable, below ``SERIAL_GEMM_MACS``: serially; from
+    ``BLAS_THREADS_MACS`` or with fewer than ``SPLIT_MIN_ROWS`` rows: on OpenBLAS's threads)."""
+    if not HAVE_CBLAS or m < SPLIT_MIN_ROWS or not SERIAL_GEMM_MACS <= batch * m * n * k < BLAS_THREADS_MACS:
         return None
     cut, other = (m, n) if splits_by_rows(m, n) else (n, m)
     units = batch * -(-cut // BLOCK)

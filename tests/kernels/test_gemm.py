@@ -109,12 +109,13 @@ def matmul_callees(m: int, n: int, k: int) -> list[str]:
 def test__popjit_matmul_setting__chooses_the_kernel_without_measuring(tmp_path, monkeypatch):
     monkeypatch.setenv("POPJIT_CACHE_DIR", str(tmp_path))
     assert config.get("MATMUL") == "blas", "reproducible by default: no measuring"
-    assert "matmul_split" in matmul_callees(300, 200, 100), "the system BLAS, split over popjit's threads"
+    assert "matmul_split" in matmul_callees(1100, 50, 100), "the system BLAS, split over popjit's threads"
+    assert "matmul_f32" in matmul_callees(300, 200, 100), "short: one call on OpenBLAS's threads"
     assert "matmul_f32" in matmul_callees(30, 20, 10), "small: one serial BLAS call"
     with config.context(MATMUL="popjit"):
         assert "gemm" in matmul_callees(300, 200, 100)
     with config.context(MATMUL="blas"):
-        assert "matmul_split" in matmul_callees(300, 200, 100)
+        assert "matmul_split" in matmul_callees(1100, 50, 100)
     assert not list(tmp_path.rglob("gemm-choice-*.json")), "nothing was measured"
 
 
