@@ -49,15 +49,19 @@ def replay(region: Region, args: Sequence[Tensor], captured: Mapping[int, Tensor
     recorded on the active tapes as the node's output, so gradients still flow to its inputs through
     the op's own rule.
     """
-    env = _replayed(region, args, captured, stashed or {})
-    return [env[v.uid] if v.uid in env else Tensor.symbolic(v, current_trace()) for v in region.results]
+    return _results(region, _replayed(region, args, captured, stashed or {}))
 
 
 def replay_keeping(region: Region, args: Sequence[Tensor], keep: Sequence[Value]) -> tuple[list[Tensor], list[Tensor]]:
     """:func:`replay`, and the tensors the replay computed for ``keep`` (outputs of the region's nodes)."""
     env = _replayed(region, args, None, {})
-    results = [env[v.uid] if v.uid in env else Tensor.symbolic(v, current_trace()) for v in region.results]
-    return results, [env[v.uid] for v in keep]
+    return _results(region, env), [env[v.uid] for v in keep]
+
+
+def _results(region: Region, env: Mapping[int, Tensor]) -> list[Tensor]:
+    """The region's results among the replayed tensors (a result the region does not define is the
+    enclosing value itself)."""
+    return [env[v.uid] if v.uid in env else Tensor.symbolic(v, current_trace()) for v in region.results]
 
 
 def _replayed(region: Region, args: Sequence[Tensor], captured: Mapping[int, Tensor] | None,

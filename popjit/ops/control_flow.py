@@ -146,8 +146,10 @@ def stashed_products(body: Any, n: int) -> list[Any]:
         if not node.regions and not any(v.uid in varying for v in node.inputs):
             continue  # why: a node with regions may read the carried values inside them, so it counts as varying
         varying.update(v.uid for v in node.outputs)
-        (out,) = node.outputs if len(node.outputs) == 1 else (None,)
-        if registry.get(node.op).kind != MATMUL or out is None or not out.aval.dtype.is_floating:
+        if registry.get(node.op).kind != MATMUL or len(node.outputs) != 1:
+            continue
+        (out,) = node.outputs
+        if not out.aval.dtype.is_floating:
             continue
         size = n * out.aval.nbytes
         if used + size <= STASH_BYTES:
@@ -164,32 +166,25 @@ class _Saved:
         self.states, self.stashes = states, stashes
 
 
-def _stacks(t: Any, values: list[Any], n: int) -> list[Any]:
-    return [t.zeros([n, *t.shape_of(x)], x.dtype) for x in values]
-
-
 def _forward_states(t: Any, body: Any, init: list[Any], n: int, products: list[Any]) -> tuple[list[Any], list[Any]]:
     """Replay the loop, stacking each iteration's carried values (before the step) and the body's
     ``products`` into ``[n, ...]``."""
-    product_stacks = [t.zeros([n, *v.aval.shape], v.aval.dtype) for v in products]
+    rows = [(t.shape_of(x), x.dtype) for x in init] + [(v.aval.shape, v.aval.dtype) for v in products]
+    stacks = [t.zeros([n, *shape], dtype) for shape, dtype in rows]
     k, m = len(init), len(products)
 
     def step(i: Any, *vals: Any) -> list[Any]:
-        carry, saved, kept = list(vals[:k]), list(vals[k:2 * k]), list(vals[2 * k:])
+        carry = list(vals[:k])
         results, computed = t.replay_keeping(body, carry, products)
-        saved = [_put_row(t, s, c, i) for s, c in zip(saved, carry)]
-        kept = [_put_row(t, s, c, i) for s, c in zip(kept, computed)]
-        return [i + 1, *results, *saved, *kept]
+        return [i + 1, *results, *(_put_row(t, s, r, i) for s, r in zip(vals[k:], [*carry, *computed]))]
 
-    out = t.while_loop(lambda i, *v: i < n, step, [t.constant(0, t.int32), *init, *_stacks(t, init, n),
-                                                    *product_stacks], trip_count=n)
+    out = t.while_loop(lambda i, *v: i < n, step, [t.constant(0, t.int32), *init, *stacks], trip_count=n)
     return list(out[1 + k:1 + 2 * k]), list(out[1 + 2 * k:1 + 2 * k + m])
 
 
 def _put_row(t: Any, stack: Any, row: Any, i: Any) -> Any:
     """``stack`` with ``stack[i] = row`` for a run-time ``i``."""
-    begin = t.stack([i] + [t.constant(0, t.int32)] * len(t.shape_of(row)))
-    return t.dynamic_update_slice(stack, t.expand_dims(row, 0), begin)
+    return t.dynamic_update_slice(stack, t.expand_dims(row, 0), _row_start(t, i, len(t.shape_of(row))))
 
 
 def _backward_loop(t: Any, body: Any, saved: _Saved, init: list[Any], free: list[Any], fc: list[int],
@@ -217,8 +212,12 @@ def _backward_loop(t: Any, body: Any, saved: _Saved, init: list[Any], free: list
 def _row(t: Any, stack: Any, i: Any) -> Any:
     """``stack[i]`` for a run-time ``i``."""
     shape = t.shape_of(stack)[1:]
-    begin = t.stack([i] + [t.constant(0, t.int32)] * len(shape))
-    return t.reshape(t.slice(stack, begin, [1, *shape]), shape)
+    return t.reshape(t.slice(stack, _row_start(t, i, len(shape)), [1, *shape]), shape)
+
+
+def _row_start(t: Any, i: Any, rank: int) -> Any:
+    """The start ``[i, 0, ...]`` of row ``i`` of a stack of rank-``rank`` rows."""
+    return t.stack([i] + [t.constant(0, t.int32)] * rank)
 
 
 register(OpDef("while", CONTROL, _while_infer, _interpreted, _lower_while, vjp=while_vjp,

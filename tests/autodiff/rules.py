@@ -564,3 +564,14 @@ def differentiable_ops() -> set[str]:
 
 def is_float(dtype: Any) -> bool:
     return dtypes.as_dtype(dtype).is_floating
+
+
+def finite_difference(f: Callable[[np.ndarray], float], at: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    """Central differences of a scalar float64 function."""
+    at = at.astype(np.float64)
+    grad = np.zeros_like(at)
+    for idx in np.ndindex(at.shape):
+        step = np.zeros_like(at)
+        step[idx] = eps
+        grad[idx] = (f(at + step) - f(at - step)) / (2 * eps)
+    return grad

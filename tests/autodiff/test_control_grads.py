@@ -15,21 +15,11 @@ import pytest
 
 import popjit.tensorflow as tf
 from popjit.errors import UnimplementedError
+from tests.autodiff.rules import finite_difference
 
 RNG = np.random.default_rng(7)
 W0 = RNG.normal(0, 0.5, (3, 3)).astype(np.float32)
 X0 = RNG.normal(0, 1.0, (2, 3)).astype(np.float32)
-
-
-def finite_difference(f: Callable[[np.ndarray], float], at: np.ndarray, eps: float = 1e-5) -> np.ndarray:
-    """Central differences of a scalar float64 function."""
-    at = at.astype(np.float64)
-    grad = np.zeros_like(at)
-    for idx in np.ndindex(at.shape):
-        step = np.zeros_like(at)
-        step[idx] = eps
-        grad[idx] = (f(at + step) - f(at - step)) / (2 * eps)
-    return grad
 
 
 def compiled_grads(step: Callable, *args: object, jit: bool = True) -> tuple[np.ndarray, ...]:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import popjit.tensorflow as tf
 from popjit.graph.interpret import interpret
 from popjit.ops import control_flow
+from tests.autodiff.rules import finite_difference
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -54,16 +55,6 @@ def lstm_grads(xs, w, u):
     return [loss, *tape.gradient(loss, [w, u, xs])]
 
 
-def finite_difference(f, at: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    at = at.astype(np.float64)
-    grad = np.zeros_like(at)
-    for idx in np.ndindex(at.shape):
-        step = np.zeros_like(at)
-        step[idx] = eps
-        grad[idx] = (f(at + step) - f(at - step)) / (2 * eps)
-    return grad
-
-
 def lstm_inputs(seed: int, steps: int, batch: int, features: int, units: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rng.normal(0, 1, (steps, batch, features)).astype(np.float32),
@@ -82,9 +73,9 @@ def test__lstm_gradients_with_kept_products__match_finite_differences(seed, step
     xs, w, u = lstm_inputs(seed, steps, batch, features, units)
     loss, gw, gu, gx = (v.numpy() for v in tf.function(lstm_grads, jit_compile=True)(xs, w, u))
     np.testing.assert_allclose(loss, lstm_numpy(xs, w, u), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(gw, finite_difference(lambda v: lstm_numpy(xs, v, u), w), rtol=1e-3, atol=1e-4)
-    np.testing.assert_allclose(gu, finite_difference(lambda v: lstm_numpy(xs, w, v), u), rtol=1e-3, atol=1e-4)
-    np.testing.assert_allclose(gx, finite_difference(lambda v: lstm_numpy(v, w, u), xs), rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(gw, finite_difference(lambda v: lstm_numpy(xs, v, u), w, 1e-6), rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(gu, finite_difference(lambda v: lstm_numpy(xs, w, v), u, 1e-6), rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(gx, finite_difference(lambda v: lstm_numpy(v, w, u), xs, 1e-6), rtol=1e-3, atol=1e-4)
 
 
 def test__the_backward_loop_reads_the_kept_products_instead_of_multiplying_again() -> None:
@@ -132,7 +123,7 @@ def test__a_product_of_loop_invariant_operands_is_not_kept(steps: int) -> None:
         return float((h * h).sum())
 
     got = tf.function(f, jit_compile=True)(x, w).numpy()
-    np.testing.assert_allclose(got, finite_difference(model, w), rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(got, finite_difference(model, w, 1e-6), rtol=1e-3, atol=1e-4)
 
 
 def test__after_the_graph_passes_the_forward_loop_runs_once_and_keeps_its_products() -> None:
