@@ -17,17 +17,10 @@ over ``k`` as in one call).
 
 from __future__ import annotations
 
-import numpy as np
-
 from .blas import (
     BLAS_THREADS_MACS,
     HAVE_CBLAS,
-    NO_TRANS,
-    ROW_MAJOR,
     SERIAL_GEMM_MACS,
-    TRANS,
-    cblas_dgemm,
-    cblas_sgemm,
     set_threads_local,
 )
 from .jit import codelet
@@ -59,17 +52,7 @@ def blas_split(batch: int, m: int, n: int, k: int) -> tuple[int, int] | None:
 
 
 if HAVE_CBLAS:
-
-    @codelet(inline="always")
-    def _call(out, a, b, a_at, b_at, c_at, m, n, k, ta, tb, lda, ldb, ldc, alpha, beta):
-        """One serial BLAS call on element offsets of the flat operands."""
-        if out.itemsize == 4:
-            cblas_sgemm(ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, np.float32(alpha),
-                        a[a_at:].ctypes.data, lda, b[b_at:].ctypes.data, ldb, np.float32(beta),
-                        out[c_at:].ctypes.data, ldc)
-        else:
-            cblas_dgemm(ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, alpha,
-                        a[a_at:].ctypes.data, lda, b[b_at:].ctypes.data, ldb, beta, out[c_at:].ctypes.data, ldc)
+    from .matmul import blas_gemm  # why: defined only where a CBLAS is bound
 
     @codelet
     def matmul_split(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi):
@@ -87,11 +70,11 @@ if HAVE_CBLAS:
             last = min(min(hi - i * per, per) * BLOCK, cut)
             if by_rows:
                 a_at = i * a_bs + (first if ta else first * k)
-                _call(out, a, b, a_at, i * b_bs, i * m * n + first * n, last - first, n, k, ta, tb, lda, ldb, n,
+                blas_gemm(out, a, b, a_at, i * b_bs, i * m * n + first * n, last - first, n, k, ta, tb, lda, ldb, n,
                       alpha, beta)
             else:
                 b_at = i * b_bs + (first * k if tb else first)
-                _call(out, a, b, i * a_bs, b_at, i * m * n + first, m, last - first, k, ta, tb, lda, ldb, n,
+                blas_gemm(out, a, b, i * a_bs, b_at, i * m * n + first, m, last - first, k, ta, tb, lda, ldb, n,
                       alpha, beta)
         set_threads_local(previous)
         return 0

@@ -31,29 +31,37 @@ if HAVE_CBLAS:
         if previous > 0:
             set_threads_local(previous)
 
-    @codelet
-    def matmul_f32(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta):
+    @codelet(inline="always")
+    def blas_gemm(out, a, b, a_at, b_at, c_at, m, n, k, ta, tb, lda, ldb, ldc, alpha, beta):
+        """One BLAS gemm (``sgemm`` or ``dgemm`` by ``out``'s type) on element offsets of the flat operands."""
+        if out.itemsize == 4:
+            cblas_sgemm(ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, np.float32(alpha),
+                        a[a_at:].ctypes.data, lda, b[b_at:].ctypes.data, ldb, np.float32(beta),
+                        out[c_at:].ctypes.data, ldc)
+        else:
+            cblas_dgemm(ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, alpha,
+                        a[a_at:].ctypes.data, lda, b[b_at:].ctypes.data, ldb, beta, out[c_at:].ctypes.data, ldc)
+
+    @codelet(inline="always")
+    def _blas_batch(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta):
+        """Each batch entry's product as one BLAS call (serial when small, see :func:`_serial_if_small`)."""
         lda = m if ta else k
         ldb = k if tb else n
         previous = _serial_if_small(m, n, k)
         for i in range(batch):
-            cblas_sgemm(ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, np.float32(alpha),
-                        a[i * a_bs:].ctypes.data, lda, b[i * b_bs:].ctypes.data, ldb, np.float32(beta),
-                        out[i * m * n:].ctypes.data, n)
+            blas_gemm(out, a, b, i * a_bs, i * b_bs, i * m * n, m, n, k, ta, tb, lda, ldb, n, alpha, beta)
         _restore_threads(previous)
         return 0
 
     @codelet
+    def matmul_f32(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta):
+        """Batched float32 ``out[i] = alpha * op(a[i]) @ op(b[i]) + beta * out[i]`` on the system BLAS."""
+        return _blas_batch(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta)
+
+    @codelet
     def matmul_f64(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta):
-        lda = m if ta else k
-        ldb = k if tb else n
-        previous = _serial_if_small(m, n, k)
-        for i in range(batch):
-            cblas_dgemm(ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, alpha,
-                        a[i * a_bs:].ctypes.data, lda, b[i * b_bs:].ctypes.data, ldb, beta,
-                        out[i * m * n:].ctypes.data, n)
-        _restore_threads(previous)
-        return 0
+        """:func:`matmul_f32` in float64."""
+        return _blas_batch(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta)
 
 else:
 
