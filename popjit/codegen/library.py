@@ -11,8 +11,8 @@ and the entry points, and the functions' Numba environments (their constants) ar
 ``programs/<key>.lib`` in the cache generation directory (or, under ``--executable_cache_path``, in the
 program's own ``.poplar_exec`` file, a :class:`LibraryStore`), ``<key>`` hashing the engine, the callees
 (their names hash their source), the types they are called with and the host CPU. A later process
-loads that one file: no typing, no lowering, and not even Numba's typing registries (a 0.7 s
-start-up that imports SciPy) are needed, so a cached program starts in milliseconds.
+loads that one file: no typing, no lowering, and not even Numba's typing registries (0.3 s in a
+fresh process, :func:`load_numba_registries`) are needed, so a cached program starts in milliseconds.
 
 Scalar kernels a codelet calls (``km.exp``…) and the library kernels the engine calls
 (``matmul_f32``…) are Numba functions cached once per machine; their code is linked into each
@@ -28,6 +28,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Protocol
 
 import numba
@@ -145,11 +146,30 @@ def _from_store(store: LibraryStore, key: str) -> ProgramLibrary | None:
     return library
 
 
+def load_numba_registries() -> None:
+    """Load Numba's typing and lowering registries (once per process), without SciPy's BLAS.
+
+    # why: importing ``numba.np.arraymath`` probes ``scipy.linalg.cython_blas``, which imports all of
+    # ``scipy.linalg``: 0.3-0.55 s of a fresh process's first compile. popjit's matmuls call NumPy's
+    # OpenBLAS, so a stand-in module answers the probe; it is removed at once, and a function that
+    # Numba compiles later with ``np.dot`` imports the real module then (``ensure_blas`` again).
+    """
+    name = "scipy.linalg.cython_blas"
+    stand_in = None if name in sys.modules else ModuleType(name, "popjit's stand-in while Numba loads")
+    if stand_in is not None:
+        sys.modules[name] = stand_in
+    try:
+        cpu_target.typing_context.refresh()
+        cpu_target.target_context.refresh()
+    finally:
+        if stand_in is not None and sys.modules.get(name) is stand_in:
+            del sys.modules[name]
+
+
 def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[str, tuple]],
            functions: list[Any], progress: Progress | None = None) -> tuple[ProgramLibrary, tuple]:
     typing, target = cpu_target.typing_context, cpu_target.target_context
-    typing.refresh()
-    target.refresh()
+    load_numba_registries()
     distinct = list({(id(fn), types): (name, fn, types) for (name, types), fn in zip(callees, functions)}.values())
     direct = _DirectCodelets() if config.get("DIRECT_CODELETS") else None
     sources = [_codelet_source(fn) if direct else None for _, fn, _ in distinct]

@@ -97,6 +97,41 @@ def test__a_cached_program__loads_as_one_file_without_numba_typing(tmp_path):
     assert len(list(tmp_path.glob("cache/gen-*/programs/*.lib"))) == 1
 
 
+FIRST_COMPILE = textwrap.dedent("""
+    import sys
+    import numba
+    import numpy as np
+    import popjit.tensorflow as tf
+
+    @tf.function(jit_compile=True)
+    def f(x):
+        return tf.tanh(x) * 2.0
+
+    x = np.linspace(-1, 2, 12).astype(np.float32)
+    assert np.allclose(f(x).numpy(), np.tanh(x) * 2, atol=1e-6)
+    loaded = "numba.np.arraymath" in sys.modules
+    without_scipy = "scipy.linalg" not in sys.modules
+    a, b = np.arange(6.0).reshape(2, 3), np.arange(12.0).reshape(3, 4)
+    print(loaded, without_scipy, np.array_equal(numba.njit(lambda a, b: np.dot(a, b))(a, b), a @ b),
+          hasattr(sys.modules["scipy.linalg.cython_blas"], "__pyx_capi__"))
+""")
+
+
+@pytest.mark.slow
+def test__a_first_compile__loads_numbas_registries_without_scipy_linalg(tmp_path):
+    """Numba's registries probe scipy.linalg.cython_blas on loading (0.3-0.55 s); popjit's compile answers
+    the probe with a stand-in, and a Numba function using np.dot afterwards still gets the real BLAS."""
+    env = {**os.environ, "POPJIT_CACHE_DIR": str(tmp_path / "cache")}
+    script = tmp_path / "first.py"
+    script.write_text(FIRST_COMPILE)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    loaded, without_scipy, dot_right, real_blas = run.stdout.split()
+    assert loaded == "True", "the program was compiled in this process"
+    assert without_scipy == "True", "compiling did not import scipy.linalg"
+    assert dot_right == "True" and real_blas == "True", "np.dot compiled later uses SciPy's real BLAS module"
+
+
 def test__engine__one_object_per_engine_and_callees():
     fn = tf.function(_loops, jit_compile=True)
     small, large = np.ones(3, np.float32), np.ones(40, np.float32)
