@@ -90,7 +90,7 @@ def blas_threads(count: int) -> Iterator[None]:
 SERIAL_GEMM_MACS = 1 << 22
 
 #: From this many multiply-adds a gemm runs on OpenBLAS's own threads; between
-#: :data:`SERIAL_GEMM_MACS` and this the engine splits a tall one over popjit's pool
+#: :data:`SERIAL_GEMM_MACS` and this the engine splits a tall or deep one over popjit's pool
 #: (:mod:`popjit.kernels.blas_split`). why: OpenBLAS's threads busy-wait, on each other inside a call
 #: and for ~0.1 s after it, so on a host whose cores are shared (another process, or popjit's own
 #: workers on the next codelet) a call waits for a descheduled spinner: on a 2-core AMD EPYC beside one

@@ -1,8 +1,8 @@
-"""Tall mid-sized float32/float64 matmuls on the system BLAS, split over popjit's thread pool.
+"""Tall or deep mid-sized float32/float64 matmuls on the system BLAS, split over popjit's thread pool.
 
 A product of :data:`~popjit.kernels.blas.SERIAL_GEMM_MACS` multiply-adds or more, below
-:data:`~popjit.kernels.blas.BLAS_THREADS_MACS`, with at least :data:`SPLIT_MIN_ROWS` rows, does not
-run on OpenBLAS's own threads. why not:
+:data:`~popjit.kernels.blas.BLAS_THREADS_MACS`, with at least :data:`SPLIT_MIN_ROWS` rows or a depth of at least
+:data:`SPLIT_MIN_DEPTH`, does not run on OpenBLAS's own threads. why not:
 they busy-wait, on each other inside a call and for ~0.1 s after it, so on a machine whose cores
 are shared (with other processes, or with popjit's own workers on the next parallel codelet) a call
 waits for a descheduled spinner (the numbers are at ``BLAS_THREADS_MACS``). Larger products keep
@@ -32,6 +32,10 @@ BLOCK = 16
 #: 40-42 ms with them, 67 ms split), while a tall one (a convolution's rows of output positions) splits
 #: as well as they run it.
 SPLIT_MIN_ROWS = 1024
+#: ... or at least this deep: a convolution's filter gradient (a few hundred rows, summed over every output
+#: position). The Keras CNN K1 on a 2-core Zen 3, three alternating rounds of 5 epochs: median epoch
+#: 1.71-1.85 s split against 1.79-1.98 s on OpenBLAS's threads (the LSTM K2 and W1 unchanged).
+SPLIT_MIN_DEPTH = 2048
 
 
 def splits_by_rows(m: int, n: int) -> bool:
@@ -42,8 +46,9 @@ def splits_by_rows(m: int, n: int) -> bool:
 def blas_split(batch: int, m: int, n: int, k: int) -> tuple[int, int] | None:
     """``(units, units per task)`` of a product the engine splits over its threads, or None for one
     that runs as one BLAS call (BLAS unavailable, below ``SERIAL_GEMM_MACS``: serially; from
-    ``BLAS_THREADS_MACS`` or with fewer than ``SPLIT_MIN_ROWS`` rows: on OpenBLAS's threads)."""
-    if not HAVE_CBLAS or m < SPLIT_MIN_ROWS or not SERIAL_GEMM_MACS <= batch * m * n * k < BLAS_THREADS_MACS:
+    ``BLAS_THREADS_MACS``, or short and shallow: on OpenBLAS's threads)."""
+    short_and_shallow = m < SPLIT_MIN_ROWS and k < SPLIT_MIN_DEPTH
+    if not HAVE_CBLAS or short_and_shallow or not SERIAL_GEMM_MACS <= batch * m * n * k < BLAS_THREADS_MACS:
         return None
     cut, other = (m, n) if splits_by_rows(m, n) else (n, m)
     units = batch * -(-cut // BLOCK)

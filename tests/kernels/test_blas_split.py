@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import popjit.tensorflow as tf
 from popjit.kernels import blas
-from popjit.kernels.blas_split import BLOCK, SPLIT_MIN_ROWS, blas_split, splits_by_rows
+from popjit.kernels.blas_split import BLOCK, SPLIT_MIN_DEPTH, SPLIT_MIN_ROWS, blas_split, splits_by_rows
 
 pytestmark = pytest.mark.skipif(not blas.HAVE_CBLAS, reason="NumPy's OpenBLAS is not available")
 
@@ -77,14 +77,21 @@ def test__a_split__covers_the_product_in_tasks_of_serial_size(batch: int, m: int
     if batch * m * n * k < blas.SERIAL_GEMM_MACS:
         assert split is None, "small products stay one serial call"
         return
-    if batch * m * n * k >= blas.BLAS_THREADS_MACS or m < SPLIT_MIN_ROWS:
-        assert split is None, "large or short products run on OpenBLAS's threads"
+    if batch * m * n * k >= blas.BLAS_THREADS_MACS or (m < SPLIT_MIN_ROWS and k < SPLIT_MIN_DEPTH):
+        assert split is None, "large products, and short shallow ones, run on OpenBLAS's threads"
         return
     assert split is not None
     count, grain = split
     assert count == units(batch, m, n)
     other = n if splits_by_rows(m, n) else m
     assert grain * BLOCK * other * k >= blas.SERIAL_GEMM_MACS > (grain - 1) * BLOCK * other * k
+
+
+def test__a_convolutions_filter_gradient_splits_and_an_mlps_weight_gradient_does_not() -> None:
+    assert blas_split(1, 288, 64, 3872) is not None, "K1's second filter gradient: 288 rows, 3,872 deep"
+    assert blas_split(1, 9, 32, 21632) is not None, "K1's first: 9 rows, 21,632 deep (cut by columns)"
+    assert blas_split(1, 784, 256, 32) is None, "W1's first weight gradient: 784 rows, 32 deep"
+    assert blas_split(1, 32, 256, 784) is None, "W1's first layer: 32 rows, 784 deep"
 
 
 def dense_step(x, w):
