@@ -16,6 +16,7 @@ The two ops are each other's gradient.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -199,6 +200,13 @@ def _transpose_vjp(t: Any, primals: list, outputs: list, cts: list, spatial: tup
     return [t.extract_patches_nd(cts[0], window, strides, dilations, pads)]
 
 
+def _transpose_fused_ops(spatial: tuple[int, ...], window: tuple[int, ...], strides: tuple[int, ...],
+                         dilations: tuple[int, ...], pads: Pads) -> int:
+    """Ops per element in a fused expression: the window entries that can read one input position
+    (``ceil(window / stride)`` per dimension), each a load and an add."""
+    return math.prod(-(-w // s) for w, s in zip(window, strides))
+
+
 register(OpDef("patches_transpose", MOVEMENT, _transpose_infer, _transpose_ref, _transpose_lower, vjp=_transpose_vjp,
                doc="the transpose of extract_patches (col2im): each input position sums the window entries "
-                   "reading it"))
+                   "reading it", extra={"fused_ops": _transpose_fused_ops}))

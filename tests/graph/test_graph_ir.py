@@ -141,6 +141,54 @@ def test__fusion_plan__chain_fuses_and_shared_value_materializes():
     assert "multiple uses" in plan.as_text()
 
 
+def _conv_pool_conv_gradient(x, w1, w2):
+    with tf.GradientTape() as tape:
+        tape.watch(w1)
+        h = tf.nn.relu(tf.nn.conv2d(x, w1, 1, "VALID"))
+        h = tf.nn.max_pool2d(h, 2, 2, "VALID")
+        loss = tf.reduce_sum(tf.nn.conv2d(h, w2, 1, "VALID") ** 2)
+    return tape.gradient(loss, w1)
+
+
+def test__fusion_plan__a_col2im_spread_over_pooling_windows_is_computed_once():
+    """The gradient through conv -> max-pool -> conv: the second convolution's col2im (9 window entries
+    per element) is read by each of the 2x2 pooling window's entries; it gets its own buffer at the
+    pooled size rather than being summed again for every entry, with the same results."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 12, 12, 3)).astype(np.float32)
+    w1 = rng.standard_normal((3, 3, 3, 4)).astype(np.float32)
+    w2 = rng.standard_normal((3, 3, 4, 5)).astype(np.float32)
+    fn = tf.function(_conv_pool_conv_gradient, jit_compile=True)
+    g = fn.get_concrete_function(x, w1, w2).graph
+    plan = plan_fusion(g)
+    repeated = [v for v in (o for n in g.walk() for o in n.outputs) if plan.materialized.get(v.uid) ==
+                "read repeatedly through a broadcast"]
+    assert [v.aval.shape for v in repeated] == [(2, 5, 5, 4)], "the col2im at the pooled size"
+    ((want,), _) = interpret(g, [x, w1, w2])
+    np.testing.assert_allclose(fn(x, w1, w2).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("shape", "out", "outside"), [
+    ((5, 1), (5, 4), False),  # only the innermost axis repeats: hoisted out of the inner loop
+    ((), (3, 4), False),
+    ((4,), (3, 4), True),  # a bias over rows
+    ((2, 5, 1, 4), (2, 5, 3, 4), True),  # a pooled gradient over the window axis
+    ((2, 1, 1), (2, 3, 4), False),
+])
+def test__fusion_plan__a_broadcast_repeats_inside_only_when_an_inner_axis_varies(shape, out, outside):
+    from popjit.graph.passes.fusion import _broadcast_outside
+
+    assert _broadcast_outside(shape, out) is outside
+
+
+def test__fusion_plan__a_cheap_broadcast_value_stays_fused():
+    def f(x, b):
+        return tf.tanh(x + tf.exp(b) * 2.0)
+
+    g = trace(f, np.ones((3, 4), np.float32), np.ones(4, np.float32))
+    assert sorted(plan_fusion(g).materialized.values()) == ["result"]
+
+
 def test__prune_loop_state__drops_an_unused_counter():
     from popjit.frontend.control_flow import for_range
     from popjit.graph.passes.loops import prune_loop_state

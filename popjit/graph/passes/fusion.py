@@ -7,6 +7,10 @@ Element-wise ops, movements and constants fuse into their consumers by default. 
 - more than one node uses it (recomputing it per use would repeat work);
 - a nested region (a loop body) captures it from outside (it would be recomputed per iteration);
 - its fused expression has grown past ``MAX_FUSED_OPS`` ops (bounds codelet size);
+- an element-wise consumer reads each of its elements several times through a broadcast over an outer
+  axis (so the codelet cannot hoist it out of its inner loop) and its fused expression costs at least
+  ``REPEATED_OPS`` ops: a max-pool's gradient spreading the col2im sum of the next convolution's gradient
+  over each pooling window would compute that sum once per window entry;
 - its producer is a reduction, matmul or control-flow op (their lowering always writes buffers).
 """
 
@@ -19,6 +23,7 @@ from popjit.ir.graph import Graph, Node, Region
 from popjit.ops import registry
 
 MAX_FUSED_OPS = 48
+REPEATED_OPS = 8
 _FREE_KINDS = (registry.MOVEMENT, registry.SOURCE)
 # movements at a run-time position: no strided view of them exists, so a matmul copies them out
 _INDEXED = ("gather", "dynamic_slice")
@@ -83,7 +88,9 @@ def plan_fusion(graph: Graph) -> FusionPlan:
         for r in node.regions:
             for v in r.results:
                 plan.mark(v.uid, "region result")
-        size = 1 + sum(fused_size.get(v.uid, 0) for v in node.inputs if v.uid not in plan)
+        if op.is_elementwise:
+            _mark_repeated_reads(node, producer, fused_size, plan)
+        size = _own_ops(node, op) + sum(fused_size.get(v.uid, 0) for v in node.inputs if v.uid not in plan)
         for v in node.outputs:
             fused_size[v.uid] = size
             if op.kind in (registry.REDUCE, registry.MATMUL, registry.CONTROL):
@@ -101,6 +108,35 @@ def plan_fusion(graph: Graph) -> FusionPlan:
                 fused_size[v.uid] = 0
     _mark_crossing_shards(graph, producer, plan)
     return plan
+
+
+def _own_ops(node: Node, op: registry.OpDef) -> int:
+    """What one output element of ``node`` adds to a fused expression: one op, or what its op says (a
+    col2im sums several window entries per element)."""
+    ops = op.extra.get("fused_ops")
+    return 1 if ops is None else ops(**node.attrs)
+
+
+def _mark_repeated_reads(node: Node, producer: dict[int, Node], fused_size: dict[int, int], plan: FusionPlan) -> None:
+    """Materialize an input that the element-wise ``node`` broadcasts (reads each element of several
+    times) if its fused expression costs ``REPEATED_OPS`` or more: computed once into a buffer rather
+    than once per read. The buffer is the value behind any reshapes of it."""
+    out_shape = node.outputs[0].aval.shape
+    for v in node.inputs:
+        if v.uid in plan or fused_size.get(v.uid, 0) < REPEATED_OPS or not _broadcast_outside(v.aval.shape, out_shape):
+            continue
+        while (p := producer.get(v.uid)) is not None and p.op == "reshape" and p.inputs[0].uid not in plan:
+            v = p.inputs[0]
+        plan.mark(v.uid, "read repeatedly through a broadcast")
+
+
+def _broadcast_outside(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:
+    """Whether a value of ``shape`` broadcast to ``out_shape`` repeats along an axis with a varying axis
+    inside it (a broadcast only along the innermost axes is loop-invariant there, and hoisted)."""
+    padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    repeated = [d == 1 < o for d, o in zip(padded, out_shape)]
+    varying = [d == o > 1 for d, o in zip(padded, out_shape)]
+    return any(r and any(varying[j + 1:]) for j, r in enumerate(repeated))
 
 
 def _mark_crossing_shards(graph: Graph, producer: dict[int, Node], plan: FusionPlan) -> None:
