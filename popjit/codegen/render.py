@@ -619,8 +619,9 @@ def _render_argreduce_rows(k: Kernel, params: _Params, hoisted: list[str], paral
     over a window, channels last): per row of that axis, the reduction loop outside and the row inside,
     branch-free, so the row loop vectorises (as the element-wise loop does) where one element at a time
     compared 4 values in a branchy scalar loop (5x slower). The output holds each element's best index
-    so far and the best value is read again at it (``bi``), which keeps the codelet in the subset
-    :mod:`popjit.codegen.direct` compiles (no scratch array). The first step compares the first value
+    so far; the best value rides beside it (:func:`_packed_rows`) or, where it cannot, is read again at
+    it (``bi``), which keeps the codelet in the subset :mod:`popjit.codegen.direct` compiles (no
+    scratch array). The first step compares the first value
     with itself and keeps index 0, as the scalar loop does from the identity; every later step makes
     the same comparison with the same best value, so the results are the same."""
     assert k.reduce is not None
@@ -641,11 +642,44 @@ def _render_argreduce_rows(k: Kernel, params: _Params, hoisted: list[str], paral
     take = f"({v} {red.better} {b}) | (({v} != {v}) & ({b} == {b}))" if nan else f"{v} {red.better} {b}"
     compared = [f"tinv |= {v} != {v}"] if nan and fp.numerics.inv else []  # comparing a NaN is invalid
     row = names[-1]
+    if _packs_best(store):
+        return [*head, *_indent(_packed_rows(k, params, hoisted, fp, out, row, sizes[-1], n), depth + 1)]
     start = [f"for {row} in range({sizes[-1]}):", f"    {out} = {body.store_value(store.buf, '0')}"]
     update = [f"bi = {out}", *body.lines, *compared, f"take = {take}",
               f"{out} = {body.store_value(store.buf, 'r0')} if take else bi"]
     sweep = [f"for r0 in range({n}):", f"    for {row} in range({sizes[-1]}):", *_indent(update, 2)]
     return [*head, *_indent(start + sweep, depth + 1)]
+
+
+def _packs_best(store: Any) -> bool:
+    """Whether an arg-reduction's int64 output can hold its best value's float32 bits beside the index."""
+    return store.buf.dtype == dtypes.int64 and compute_type(store.value.dtype) == "np.float32"
+
+
+_LOW32 = 0xFFFFFFFF
+
+
+def _packed_rows(k: Kernel, params: _Params, hoisted: list[str], fp: _FloatPoint, out: str, row: str,
+                 size: str, n: str) -> list[str]:
+    """The row sweeps of :func:`_render_argreduce_rows` for float32 values and int64 indices: each output
+    element holds ``index << 32 | bits(best value)`` while the rows are swept, so the best value comes
+    back with the index in one load instead of a gather at the index; a last
+    sweep keeps the index. The comparisons are those of the gathering form, on the same values."""
+    (store,) = k.stores
+    red = REDUCTIONS[k.reduce.op]
+    first = _Body(params, hoisted, fp=fp)
+    v0 = first.expr(Substitute({IVar("r0"): ILin()}).expr(store.value))
+    body = _Body(params, hoisted, fp=fp)
+    v = body.expr(store.value)
+    take = f"({v} {red.better} best) | (({v} != {v}) & (best == best))"
+    compared = [f"tinv |= {v} != {v}"] if fp.numerics.inv else []  # comparing a NaN is invalid
+    start = [f"for {row} in range({size}):", *_indent(first.lines, 1),
+             f"    {out} = np.int64(km.f32_bits({v0})) & {_LOW32}"]
+    update = [f"packed = {out}", "best = km.f32_from_bits(packed)", *body.lines, *compared, f"take = {take}",
+              f"{out} = ((r0 << 32) | (np.int64(km.f32_bits({v})) & {_LOW32})) if take else packed"]
+    sweep = [f"for r0 in range({n}):", f"    for {row} in range({size}):", *_indent(update, 2)]
+    finish = [f"for {row} in range({size}):", f"    {out} = {out} >> 32"]
+    return start + sweep + finish
 
 
 def _render_scan(k: Kernel, params: _Params, hoisted: list[str], fp: _FloatPoint) -> list[str]:

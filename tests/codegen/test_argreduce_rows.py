@@ -48,6 +48,16 @@ def test__argmax_argmin_over_a_strided_axis__equal_numpy(threads: bool, x: np.nd
     np.testing.assert_array_equal(got, want)
     assert "take = " in source, "rendered row by row"
     assert ("lo, hi" in source) == threads
+    packs = x.dtype in (np.float32, np.float16)
+    assert ("packed = " in source) == packs, "float values ride in the int64 output beside their index"
+
+
+def test__an_int32_output__gathers_the_best_value_again() -> None:
+    x = np.array([[[1.0, 5.0], [3.0, np.nan], [3.0, 2.0]], [[0.0, -1.0], [-2.0, -1.0], [4.0, 9.0]]], np.float32)
+    fn = tf.function(lambda v: tf.argmax(v, axis=1, output_type=tf.int32), jit_compile=True)
+    np.testing.assert_array_equal(fn(x).numpy(), [[1, 1], [2, 2]])
+    source = codelets(fn, x)
+    assert "take = " in source and "packed = " not in source, "no room for the value beside an int32 index"
 
 
 def test__ties_and_nans__first_occurrence_per_element() -> None:
