@@ -621,9 +621,9 @@ def _render_argreduce_rows(k: Kernel, params: _Params, hoisted: list[str], paral
     compared 4 values in a branchy scalar loop (5x slower). The output holds each element's best index
     so far; the best value rides beside it (:func:`_packed_rows`) or, where it cannot, is read again at
     it (``bi``), which keeps the codelet in the subset :mod:`popjit.codegen.direct` compiles (no
-    scratch array). The first step compares the first value
-    with itself and keeps index 0, as the scalar loop does from the identity; every later step makes
-    the same comparison with the same best value, so the results are the same."""
+    scratch array). The first step compares the first value with itself and keeps index 0, as the
+    scalar loop does from the identity; every later step makes the same comparison with the same best
+    value, so the results are the same."""
     assert k.reduce is not None
     (store,) = k.stores
     red = REDUCTIONS[k.reduce.op]
@@ -663,8 +663,8 @@ def _packed_rows(k: Kernel, params: _Params, hoisted: list[str], fp: _FloatPoint
                  size: str, n: str) -> list[str]:
     """The row sweeps of :func:`_render_argreduce_rows` for float32 values and int64 indices: each output
     element holds ``index << 32 | bits(best value)`` while the rows are swept, so the best value comes
-    back with the index in one load instead of a gather at the index; a last
-    sweep keeps the index. The comparisons are those of the gathering form, on the same values."""
+    back with the index in one load instead of a gather at the index; a last sweep keeps the index.
+    The comparisons are those of the gathering form, on the same values."""
     (store,) = k.stores
     red = REDUCTIONS[k.reduce.op]
     first = _Body(params, hoisted, fp=fp)

@@ -120,14 +120,18 @@ def _own_ops(node: Node, op: registry.OpDef) -> int:
 def _mark_repeated_reads(node: Node, producer: dict[int, Node], fused_size: dict[int, int], plan: FusionPlan) -> None:
     """Materialize an input that the element-wise ``node`` broadcasts (reads each element of several
     times) if its fused expression costs ``REPEATED_OPS`` or more: computed once into a buffer rather
-    than once per read. The buffer is the value behind any reshapes of it."""
+    than once per read. The buffer is the value behind any reshapes of it, which then cost one op each."""
     out_shape = node.outputs[0].aval.shape
     for v in node.inputs:
         if v.uid in plan or fused_size.get(v.uid, 0) < REPEATED_OPS or not _broadcast_outside(v.aval.shape, out_shape):
             continue
+        views = []
         while (p := producer.get(v.uid)) is not None and p.op == "reshape" and p.inputs[0].uid not in plan:
+            views.append(v)
             v = p.inputs[0]
         plan.mark(v.uid, "read repeatedly through a broadcast")
+        for ops, view in enumerate(reversed(views), start=1):
+            fused_size[view.uid] = ops
 
 
 def _broadcast_outside(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:
