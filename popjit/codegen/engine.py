@@ -319,9 +319,9 @@ class _Emitter(StmtVisitor):
 
 
 def _blas_split(batch: int, m: int, n: int, k: int) -> tuple[int, int] | None:
-    """``kernels.blas_split.blas_split``, imported when first needed: the module defines Numba codelets,
-    which touch the cache directory (and so read TF_POPLAR_FLAGS) when imported."""
-    # why: importing its codelets at the top would touch the cache directory whenever popjit is imported
+    """``kernels.blas_split.blas_split``, imported when first needed."""
+    # why: the module defines Numba codelets, which touch the cache directory (and so read
+    # TF_POPLAR_FLAGS) when imported: at the top, importing popjit would do that
     from popjit.kernels.blas_split import blas_split
 
     return blas_split(batch, m, n, k)

@@ -626,7 +626,6 @@ def _render_argreduce_rows(k: Kernel, params: _Params, hoisted: list[str], paral
     value, so the results are the same."""
     assert k.reduce is not None
     (store,) = k.stores
-    red = REDUCTIONS[k.reduce.op]
     names = [f"i{j}" for j in range(len(k.domain))]
     sizes = [params.int(d) for d in k.domain]
     fp.sizes.update(zip(names, sizes))
@@ -636,19 +635,31 @@ def _render_argreduce_rows(k: Kernel, params: _Params, hoisted: list[str], paral
     n = params.int(k.reduce.rdomain[0])
     body = _Body(params, hoisted, fp=fp)
     out = _at(params.buf(store.buf), body.index(store.index))
+    sweeps = _packed_rows if _packs_best(store) else _gathering_rows
+    return [*head, *_indent(sweeps(k, body, fp, out, names[-1], sizes[-1], n), depth + 1)]
+
+
+def _take(k: Kernel, v: str, best: str, fp: _FloatPoint) -> list[str]:
+    """Whether value ``v`` beats ``best`` (``take``; a NaN beats any number), and the invalid-comparison
+    flag where the program traps."""
+    assert k.reduce is not None
+    better = REDUCTIONS[k.reduce.op].better
+    if not k.stores[0].value.dtype.is_floating:
+        return [f"take = {v} {better} {best}"]
+    compared = [f"tinv |= {v} != {v}"] if fp.numerics.inv else []  # comparing a NaN is invalid
+    return [*compared, f"take = ({v} {better} {best}) | (({v} != {v}) & ({best} == {best}))"]
+
+
+def _gathering_rows(k: Kernel, body: _Body, fp: _FloatPoint, out: str, row: str, size: str, n: str) -> list[str]:
+    """The row sweeps of :func:`_render_argreduce_rows` where the output holds only the best index
+    (``bi``): the best value is read again at it."""
+    (store,) = k.stores
     v = body.expr(store.value)
     b = body.expr(Substitute({IVar("r0"): ivar("bi")}).expr(store.value))
-    nan = store.value.dtype.is_floating
-    take = f"({v} {red.better} {b}) | (({v} != {v}) & ({b} == {b}))" if nan else f"{v} {red.better} {b}"
-    compared = [f"tinv |= {v} != {v}"] if nan and fp.numerics.inv else []  # comparing a NaN is invalid
-    row = names[-1]
-    if _packs_best(store):
-        return [*head, *_indent(_packed_rows(k, params, hoisted, fp, out, row, sizes[-1], n), depth + 1)]
-    start = [f"for {row} in range({sizes[-1]}):", f"    {out} = {body.store_value(store.buf, '0')}"]
-    update = [f"bi = {out}", *body.lines, *compared, f"take = {take}",
-              f"{out} = {body.store_value(store.buf, 'r0')} if take else bi"]
-    sweep = [f"for r0 in range({n}):", f"    for {row} in range({sizes[-1]}):", *_indent(update, 2)]
-    return [*head, *_indent(start + sweep, depth + 1)]
+    take = _take(k, v, b, fp)
+    start = [f"for {row} in range({size}):", f"    {out} = {body.store_value(store.buf, '0')}"]
+    update = [f"bi = {out}", *body.lines, *take, f"{out} = {body.store_value(store.buf, 'r0')} if take else bi"]
+    return start + [f"for r0 in range({n}):", f"    for {row} in range({size}):", *_indent(update, 2)]
 
 
 def _packs_best(store: Any) -> bool:
@@ -659,23 +670,18 @@ def _packs_best(store: Any) -> bool:
 _LOW32 = 0xFFFFFFFF
 
 
-def _packed_rows(k: Kernel, params: _Params, hoisted: list[str], fp: _FloatPoint, out: str, row: str,
-                 size: str, n: str) -> list[str]:
+def _packed_rows(k: Kernel, body: _Body, fp: _FloatPoint, out: str, row: str, size: str, n: str) -> list[str]:
     """The row sweeps of :func:`_render_argreduce_rows` for float32 values and int64 indices: each output
     element holds ``index << 32 | bits(best value)`` while the rows are swept, so the best value comes
     back with the index in one load instead of a gather at the index; a last sweep keeps the index.
-    The comparisons are those of the gathering form, on the same values."""
+    The comparisons are those of :func:`_gathering_rows`, on the same values."""
     (store,) = k.stores
-    red = REDUCTIONS[k.reduce.op]
-    first = _Body(params, hoisted, fp=fp)
+    first = _Body(body.params, body.hoisted, fp=fp)
     v0 = first.expr(Substitute({IVar("r0"): ILin()}).expr(store.value))
-    body = _Body(params, hoisted, fp=fp)
     v = body.expr(store.value)
-    take = f"({v} {red.better} best) | (({v} != {v}) & (best == best))"
-    compared = [f"tinv |= {v} != {v}"] if fp.numerics.inv else []  # comparing a NaN is invalid
     start = [f"for {row} in range({size}):", *_indent(first.lines, 1),
              f"    {out} = np.int64(km.f32_bits({v0})) & {_LOW32}"]
-    update = [f"packed = {out}", "best = km.f32_from_bits(packed)", *body.lines, *compared, f"take = {take}",
+    update = [f"packed = {out}", "best = km.f32_from_bits(packed)", *body.lines, *_take(k, v, "best", fp),
               f"{out} = ((r0 << 32) | (np.int64(km.f32_bits({v})) & {_LOW32})) if take else packed"]
     sweep = [f"for r0 in range({n}):", f"    for {row} in range({size}):", *_indent(update, 2)]
     finish = [f"for {row} in range({size}):", f"    {out} = {out} >> 32"]
