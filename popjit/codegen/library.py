@@ -5,8 +5,10 @@ The engine (:mod:`popjit.codegen.native`) calls its callees (generated codelets,
 such as ``matmul_f32``) through their C entry points. They are compiled together, in a few parts
 (:func:`balanced_parts`, two per thread) that :mod:`popjit.codegen.machine` optimises and turns into
 object code in parallel: each codelet is written as LLVM IR (or typed and lowered by Numba,
-``no_compile``) into its part, the engine's LLVM module joins one, and each part is optimised and
-compiled once, instead of once per function. The parts' object code, the symbol names of the engine
+``no_compile``) into its part, and each part is optimised and compiled once, instead of once per
+function, on a thread while the next part is written. With more than one thread the engine's LLVM
+module is a part of its own, compiled first (it is the largest: 0.5 s of LLVM's time for the Keras
+CNN), while Numba's registries load and the codelets are written; with one it joins the only part. The parts' object code, the symbol names of the engine
 and the entry points, and the functions' Numba environments (their constants) are saved as
 ``programs/<key>.lib`` in the cache generation directory (or, under ``--executable_cache_path``, in the
 program's own ``.poplar_exec`` file, a :class:`LibraryStore`), ``<key>`` hashing the engine, the callees
@@ -26,6 +28,7 @@ import hashlib
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -41,7 +44,7 @@ from numba.core.runtime import rtsys
 
 from popjit import config
 from popjit.codegen.direct import Unsupported, emit_codelet
-from popjit.codegen.machine import Part, object_code
+from popjit.codegen.machine import ObjectCode, Part, PartCompiler
 from popjit.codegen.render import WIDEST_VECTORS
 from popjit.errors import InternalError
 from popjit.kernels.jit import cache_root, discard_entry, fingerprint, keep_entry, read_entry, usable_dir, warn_once
@@ -168,43 +171,75 @@ def load_numba_registries() -> None:
 
 def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[str, tuple]],
            functions: list[Any], progress: Progress | None = None) -> tuple[ProgramLibrary, tuple]:
-    typing, target = cpu_target.typing_context, cpu_target.target_context
-    load_numba_registries()
+    """Compile the engine and ``functions`` into a program library, part by part: each part is
+    compiled on a thread (:class:`~popjit.codegen.machine.PartCompiler`) while the next is written.
+    With more than one thread the engine is a part of its own, compiled while Numba's registries load
+    and the codelets are written. The engine joins its part as IR text, as the codelets do: parsed and
+    given Numba's function passes on the thread that compiles it (0.3 s of the caller's for the Keras
+    CNN's engine with ``add_ir_module``)."""
     distinct = list({(id(fn), types): (name, fn, types) for (name, types), fn in zip(callees, functions)}.values())
     direct = _DirectCodelets() if config.get("DIRECT_CODELETS") else None
     sources = [_codelet_source(fn) if direct else None for _, fn, _ in distinct]
-    weights = [len(source) if source else _OTHER_WEIGHT for source in sources] + [_OTHER_WEIGHT]  # + the engine
     threads = threads_to_use()
-    part_of = balanced_parts(weights, PARTS_PER_THREAD * threads if threads > 1 else 1)
-    parts = [_Part(target.codegen().create_library(f"popjit_program.{i}")) for i in range(max(part_of) + 1)]
-    symbols: dict[tuple[int, tuple], str] = {}
-    environments = []
-    for (name, fn, types), source, p in zip(distinct, sources, part_of):
-        part = parts[p]
-        symbol = direct.emit(part.library, part.texts, fn, types, source) if direct and source else None
-        if symbol is None and fn.py_func.__module__.startswith(KERNELS):
-            symbol = _link_kernel(part.library, fn, types, f"popjit.kernel.{len(symbols)}")
-        if symbol is None:
-            compiled = compiler.compile_extra(typing, target, fn.py_func, types, None, _flags(fn),
-                                              fn._compiler.locals, library=part.library)
-            _check_returns_int64(name, compiled)
-            symbol = compiled.fndesc.llvm_cfunc_wrapper_name
-            environments.append(compiled.environment)
-        symbols[(id(fn), types)] = symbol
-        if progress is not None:
-            progress(len(symbols), len(distinct))
-    parts[part_of[-1]].library.add_ir_module(engine_module)
+    part_of = balanced_parts([len(source) if source else _OTHER_WEIGHT for source in sources],
+                             PARTS_PER_THREAD * threads if threads > 1 else 1)
     debug = config.get("DEBUG") >= 7
     linked = _LinkedModules()
-    compiled_parts = object_code([linked.part(part) for part in parts], threads, assembly=debug)
+    symbols: dict[tuple[int, tuple], str] = {}
+    environments: list[Any] = []
+    parts: list[_Part] = []
+    compiled: list[Future[ObjectCode]] = []
+    with PartCompiler(threads, assembly=debug) as compiler:
+
+        def submit(part: _Part) -> None:
+            parts.append(part)
+            compiled.append(compiler.submit(linked.part(part)))
+
+        engine_text = cgutils.normalize_ir_text(str(engine_module))  # why text: parsed on the compiling thread
+        if threads > 1:
+            submit(_Part(_new_library("engine"), [engine_text]))
+        load_numba_registries()
+        for index in range(max(part_of) + 1):
+            part = _Part(_new_library(str(len(parts))))
+            for (name, fn, types), source, p in zip(distinct, sources, part_of):
+                if p == index:
+                    symbol, environment = _callee(part, direct, name, fn, types, source, len(symbols))
+                    symbols[(id(fn), types)] = symbol
+                    environments += [environment] if environment is not None else []
+                    if progress is not None:
+                        progress(len(symbols), len(distinct))
+            if threads <= 1:
+                part.texts.append(engine_text)
+            submit(part)
+        objects = [future.result() for future in compiled]
     if debug:
-        assembly = "\n".join(part.assembly or "" for part in compiled_parts)
+        assembly = "\n".join(part.assembly or "" for part in objects)
         print(f"=== popjit: machine code of program library {key} ===\n{assembly}", file=sys.stderr)
     names = [symbols[(id(fn), types)] for (_, types), fn in zip(callees, functions)]
-    serialized = [(part.library.name, "object", (compiled.code, compiled.bitcode))
-                  for part, compiled in zip(parts, compiled_parts)]
+    serialized = [(part.library.name, "object", (code.code, code.bitcode)) for part, code in zip(parts, objects)]
     entry = (serialized, engine, names, [(env.env_name, list(env.consts)) for env in environments])
     return _loaded(serialized, engine, names, environments, len(symbols), len(environments)), entry
+
+
+def _new_library(name: str) -> Any:
+    """An empty code library for a part of a program library."""
+    return cpu_target.target_context.codegen().create_library(f"popjit_program.{name}")
+
+
+def _callee(part: _Part, direct: _DirectCodelets | None, name: str, fn: Any, types: tuple, source: str | None,
+            index: int) -> tuple[str, Environment | None]:
+    """Put callee ``fn`` for ``types`` into ``part``: its symbol, and its Numba environment when Numba's
+    pipeline compiled it (a codelet the IR writer does not handle)."""
+    symbol = direct.emit(part.library, part.texts, fn, types, source) if direct and source else None
+    if symbol is None and fn.py_func.__module__.startswith(KERNELS):
+        symbol = _link_kernel(part.library, fn, types, f"popjit.kernel.{index}")
+    if symbol is not None:
+        return symbol, None
+    typing, target = cpu_target.typing_context, cpu_target.target_context
+    compiled = compiler.compile_extra(typing, target, fn.py_func, types, None, _flags(fn), fn._compiler.locals,
+                                      library=part.library)
+    _check_returns_int64(name, compiled)
+    return compiled.fndesc.llvm_cfunc_wrapper_name, compiled.environment
 
 
 #: The weight of a callee that is not a generated codelet written as LLVM IR (its source length is).

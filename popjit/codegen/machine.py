@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,13 +56,38 @@ class Part:
     libraries: Sequence[bytes] = ()
 
 
-def object_code(parts: Sequence[Part], threads: int, assembly: bool = False) -> list[ObjectCode]:
-    """Optimise and compile each of ``parts`` on up to ``threads`` threads, each taking the next part
-    when it is done (give the heaviest parts first)."""
-    if threads <= 1 or len(parts) <= 1:
-        return [_compile(p, assembly) for p in parts]
-    with ThreadPoolExecutor(min(threads, len(parts)), thread_name_prefix="popjit-llvm") as pool:
-        return list(pool.map(_compile, parts, [assembly] * len(parts)))
+class PartCompiler:
+    """Optimises and compiles parts as they are given, on up to ``threads`` threads, while the caller
+    writes the next part (LLVM's long calls release the GIL); with one thread, at once in the caller's.
+    Use it as a context manager: leaving it waits for (or, after an error, cancels) what is left.
+
+        with PartCompiler(threads) as compiler:
+            first = compiler.submit(part)      # compiling while the next part is written
+            ...
+        code = first.result()
+    """
+
+    def __init__(self, threads: int, assembly: bool = False) -> None:
+        self.assembly = assembly
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="popjit-llvm") if threads > 1 else None
+
+    def submit(self, part: Part) -> Future[ObjectCode]:
+        """Start compiling ``part``; its object code when the future is done."""
+        if self._pool is not None:
+            return self._pool.submit(_compile, part, self.assembly)
+        done: Future[ObjectCode] = Future()
+        try:
+            done.set_result(_compile(part, self.assembly))
+        except Exception as e:  # why: raised by ``result()``, as from a thread
+            done.set_exception(e)
+        return done
+
+    def __enter__(self) -> PartCompiler:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: Any) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=kind is not None)
 
 
 def _compile(part: Part, assembly: bool) -> ObjectCode:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
+import llvmlite.binding as ll
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -37,12 +40,16 @@ def _program(x, y):
     return h, tf.reduce_sum(h * h)
 
 
-def _run_and_parts(threads: int) -> tuple[list[np.ndarray], int, set[str]]:
+def _run_and_parts(threads: int) -> tuple[list[np.ndarray], int, set[str], list[machine.Part], str]:
     names: set[str] = set()
+    started: list[machine.Part] = []
+    lock = threading.Lock()
     compile_part = machine._compile
 
     def recorded(part: machine.Part, assembly: bool) -> machine.ObjectCode:
-        names.add(threading.current_thread().name)
+        with lock:
+            names.add(threading.current_thread().name)
+            started.append(part)
         return compile_part(part, assembly)
 
     x = np.random.default_rng(3).standard_normal((33, 17)).astype(np.float32)
@@ -58,19 +65,45 @@ def _run_and_parts(threads: int) -> tuple[list[np.ndarray], int, set[str]]:
     finally:
         machine._compile = compile_part
     libraries = [library for *_, library in engine._linked.values()]
-    return outputs, len(libraries[-1]._libraries), names
+    return outputs, len(libraries[-1]._libraries), names, started, engine.src.name
 
 
 def test__program_library__compiled_in_parts_on_threads_gives_the_single_part_result(tmp_path) -> None:
     with config.context(CACHE_DIR=str(tmp_path / "one")):
-        single, single_parts, single_threads = _run_and_parts(1)
+        single, single_parts, single_threads, _, _ = _run_and_parts(1)
     with config.context(CACHE_DIR=str(tmp_path / "two")):
-        split, split_parts, split_threads = _run_and_parts(2)
-    assert single_parts == 1 and len(single_threads) == 1
-    assert split_parts == 2 * PARTS_PER_THREAD
+        split, split_parts, split_threads, started, engine_name = _run_and_parts(2)
+    assert single_parts == 1 and single_threads == {"MainThread"}
+    assert split_parts == 2 * PARTS_PER_THREAD + 1, "the codelets' parts and the engine's own"
     assert len(split_threads) == 2 and all(n.startswith("popjit-llvm") for n in split_threads)
+    first = started[0]  # the pool starts parts in the order they are given
+    assert len(first.texts) == 1 and _defines(first.texts[0], engine_name), \
+        "the engine's part is given first, before any codelet is written"
+    assert not any(_defines(text, engine_name) for part in started[1:] for text in part.texts)
     for a, b in zip(single, split):
         np.testing.assert_array_equal(a, b)
+
+
+def _defines(text: str, name: str) -> bool:
+    return re.search(rf'^define [^@]*@"?{re.escape(name)}"?\(', text, re.MULTILINE) is not None
+
+
+def _module_text(name: str, body: str) -> str:
+    return f"define i64 @{name}(i64 %x) {{\n{body}\n}}\n"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test__part_compiler__a_broken_part_raises_from_its_result_and_the_others_compile(threads: int) -> None:
+    empty = ll.parse_assembly("").as_bitcode()
+    good = machine.Part(empty, [_module_text("seven_times", "  %y = mul i64 %x, 7\n  ret i64 %y")])
+    broken = machine.Part(empty, [_module_text("broken", "  ret i64 %undefined_value")])
+    with machine.PartCompiler(threads) as compiler:
+        failing, working = compiler.submit(broken), compiler.submit(good)
+        with pytest.raises(RuntimeError, match="LLVM IR parsing error"):
+            failing.result()
+        compiled = working.result()
+    defined = [f.name for f in ll.parse_bitcode(compiled.bitcode).functions if not f.is_declaration]
+    assert defined == ["seven_times"] and len(compiled.code) > 0
 
 
 def test__cache_fingerprint__covers_how_program_libraries_are_built() -> None:
