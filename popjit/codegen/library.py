@@ -1,25 +1,26 @@
-"""A program's machine code: its engine and every function the engine calls, compiled into one
-library and cached as one file.
+"""A program's machine code: its engine and every function the engine calls, compiled into one library and
+cached as one file.
 
-The engine (:mod:`popjit.codegen.native`) calls its callees (generated codelets, library kernels
-such as ``matmul_f32``) through their C entry points. They are compiled together, in a few parts
+The engine (:mod:`popjit.codegen.native`) calls its callees (generated codelets, library kernels such
+as ``matmul_f32``) through their C entry points. They are compiled together, in a few parts
 (:func:`balanced_parts`, two per thread) that :mod:`popjit.codegen.machine` optimises and turns into
 object code in parallel: each codelet is written as LLVM IR (or typed and lowered by Numba,
 ``no_compile``) into its part, and each part is optimised and compiled once, instead of once per
 function, on a thread while the next part is written. With more than one thread the engine's LLVM
 module is a part of its own, compiled first (it is the largest: 0.5 s of LLVM's time for the Keras
-CNN), while Numba's registries load and the codelets are written; with one it joins the only part. The parts' object code, the symbol names of the engine
-and the entry points, and the functions' Numba environments (their constants) are saved as
-``programs/<key>.lib`` in the cache generation directory (or, under ``--executable_cache_path``, in the
-program's own ``.poplar_exec`` file, a :class:`LibraryStore`), ``<key>`` hashing the engine, the callees
-(their names hash their source), the types they are called with and the host CPU. A later process
-loads that one file: no typing, no lowering, and not even Numba's typing registries (0.3 s in a
-fresh process, :func:`load_numba_registries`) are needed, so a cached program starts in milliseconds.
+CNN), while Numba's registries load and the codelets are written; with one it joins the only part. The
+parts' object code, the symbol names of the engine and the entry points, and the functions' Numba
+environments (their constants) are saved as ``programs/<key>.lib`` in the cache generation directory
+(or, under ``--executable_cache_path``, in the program's own ``.poplar_exec`` file, a
+:class:`LibraryStore`), ``<key>`` hashing the engine, the callees (their names hash their source), the
+types they are called with and the host CPU. A later process loads that one file: no typing, no
+lowering, and not even Numba's typing registries (0.3 s in a fresh process,
+:func:`load_numba_registries`) are needed, so a cached program starts in milliseconds.
 
-Scalar kernels a codelet calls (``km.exp``…) and the library kernels the engine calls
-(``matmul_f32``…) are Numba functions cached once per machine; their code is linked into each
-program library that uses them (the scalar ones inlined, so loops vectorise).
-A damaged entry is warned about once, deleted and built again, as every cache file is.
+Scalar kernels a codelet calls (``km.exp``…) and the library kernels the engine calls (``matmul_f32``…)
+are Numba functions cached once per machine; their code is linked into each program library that uses
+them (the scalar ones inlined, so loops vectorise). A damaged entry is warned about once, deleted and
+built again, as every cache file is.
 """
 
 from __future__ import annotations
@@ -196,10 +197,11 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
             compiled.append(compiler.submit(linked.part(part)))
 
         engine_text = cgutils.normalize_ir_text(str(engine_module))  # why text: parsed on the compiling thread
-        if threads > 1:
+        engine_alone = threads > 1
+        if engine_alone:
             submit(_Part(_new_library("engine"), [engine_text]))
         load_numba_registries()
-        for index in range(max(part_of) + 1):
+        for index in range(max(max(part_of, default=-1) + 1, 0 if engine_alone else 1)):
             part = _Part(_new_library(str(len(parts))))
             for (name, fn, types), source, p in zip(distinct, sources, part_of):
                 if p == index:
@@ -208,7 +210,7 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
                     environments += [environment] if environment is not None else []
                     if progress is not None:
                         progress(len(symbols), len(distinct))
-            if threads <= 1:
+            if not engine_alone:  # why: one part, the only one
                 part.texts.append(engine_text)
             submit(part)
         objects = [future.result() for future in compiled]

@@ -113,3 +113,17 @@ def test__cache_fingerprint__covers_how_program_libraries_are_built() -> None:
     for name in ("machine.py", "library.py", "native.py", "direct.py", "render.py", "engine.py"):
         assert ("codegen", name) in names, f"a change to codegen/{name} must not load libraries built before it"
     assert ("kernels", "gemm.py") in names
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test__program_library__of_a_program_without_callees_holds_its_engine(tmp_path, threads: int) -> None:
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    executable_cache.clear()
+    compile_module._ENGINES.clear()
+    with config.context(CACHE_DIR=str(tmp_path), NUM_THREADS=threads):
+        fn = tf.function(lambda v: None, jit_compile=True)  # nothing to compute: an engine without callees
+        assert fn(x) is None
+        engine = load_engine(fn.get_concrete_function(x).executable("cpu").engine_source)
+    (*_, library), = engine._linked.values()
+    assert library.addresses == [] and library.engine != 0
+    assert len(library._libraries) == 1, "the engine alone, in one part"
