@@ -19,6 +19,8 @@ import numpy as np
 
 from popjit import config
 
+from .jit import pool_spins
+
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
 
@@ -82,6 +84,13 @@ def blas_threads(count: int) -> Iterator[None]:
     finally:
         _LIB.openblas_set_num_threads_local(previous)
 
+
+#: Whether popjit's pool's workers spin when idle (:func:`~popjit.kernels.jit.pool_spins`:
+#: ``NUMBA_THREADING_LAYER=omp`` or ``tbb``). Then every gemm call runs on its calling thread alone,
+#: and the engine splits every product of :data:`~popjit.kernels.blas_split.SPLIT_SPINNING_MACS` or more
+#: over the pool. why: OpenBLAS's own threads busy-wait too, and the two pools' spinners fight over the
+#: cores (a training step alternates them about ten times: 4.5x slower on 2 cores).
+POOL_SPINS = pool_spins()
 
 #: Below this many multiply-adds a gemm runs on the calling thread alone. why: OpenBLAS splits
 #: gemms from about 2^18 multiply-adds, and on small ones (a recurrent layer's [32,128]@[128,512]

@@ -1,6 +1,7 @@
-"""Tall or deep mid-sized float32/float64 matmuls on the system BLAS, split over popjit's thread pool.
+"""Mid-sized float32/float64 matmuls on the system BLAS, split over popjit's thread pool.
 
-A product of :data:`~popjit.kernels.blas.SERIAL_GEMM_MACS` multiply-adds or more, below
+With Numba's ``workqueue`` pool (popjit's default), whose workers sleep when idle: a product of
+:data:`~popjit.kernels.blas.SERIAL_GEMM_MACS` multiply-adds or more, below
 :data:`~popjit.kernels.blas.BLAS_THREADS_MACS`, with at least :data:`SPLIT_MIN_ROWS` rows or a depth of at least
 :data:`SPLIT_MIN_DEPTH`, does not run on OpenBLAS's own threads. why not:
 they busy-wait, on each other inside a call and for ~0.1 s after it, so on a machine whose cores
@@ -8,11 +9,14 @@ are shared (with other processes, or with popjit's own workers on the next paral
 waits for a descheduled spinner (the numbers are at ``BLAS_THREADS_MACS``). Larger products keep
 OpenBLAS's threads, which share packed panels and are faster there on a quiet host.
 
+With a pool whose workers spin when idle (``NUMBA_THREADING_LAYER=omp`` or ``tbb``), OpenBLAS's
+threads are never used (the two pools would fight over the cores) and every product of
+:data:`SPLIT_SPINNING_MACS` or more is split.
+
 Instead the engine splits the product like any parallel codelet (:mod:`popjit.codegen.native`):
 ``C`` is cut into blocks of :data:`BLOCK` rows (when it has at least as many rows as columns) or
-columns, and each task runs a serial BLAS call on a range of blocks. popjit's workers sleep when
-idle, and every multiply-add is still OpenBLAS's (each element of ``C`` is the same dot product
-over ``k`` as in one call).
+columns, and each task runs a serial BLAS call on a range of blocks. Every multiply-add is still
+OpenBLAS's (each element of ``C`` is the same dot product over ``k`` as in one call).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 from .blas import (
     BLAS_THREADS_MACS,
     HAVE_CBLAS,
+    POOL_SPINS,
     SERIAL_GEMM_MACS,
     set_threads_local,
 )
@@ -36,6 +41,12 @@ SPLIT_MIN_ROWS = 1024
 #: position). The Keras CNN K1 on a 2-core Zen 3, three alternating rounds of 5 epochs: median epoch
 #: 1.71-1.85 s split against 1.79-1.98 s on OpenBLAS's threads (the LSTM K2 and W1 unchanged).
 SPLIT_MIN_DEPTH = 2048
+#: With a pool whose workers spin when idle (:data:`~popjit.kernels.blas.POOL_SPINS`), every product of
+#: at least this many multiply-adds is split over it, and none runs on OpenBLAS's threads. why: waking
+#: a spinning worker costs about a microsecond, so even a recurrent layer's per-step products (2M) gain
+#: from a second core. Measured on a 2-core Zen 3, alternating with the default pool (workqueue) and its
+#: rules: see docs/limitations.md.
+SPLIT_SPINNING_MACS = 1 << 20
 
 
 def splits_by_rows(m: int, n: int) -> bool:
@@ -43,16 +54,25 @@ def splits_by_rows(m: int, n: int) -> bool:
     return m >= n
 
 
-def blas_split(batch: int, m: int, n: int, k: int) -> tuple[int, int] | None:
+def blas_split(batch: int, m: int, n: int, k: int, spins: bool = POOL_SPINS) -> tuple[int, int] | None:
     """``(units, units per task)`` of a product the engine splits over its threads, or None for one
-    that runs as one BLAS call (BLAS unavailable, below ``SERIAL_GEMM_MACS``: serially; from
-    ``BLAS_THREADS_MACS``, or short and shallow: on OpenBLAS's threads)."""
-    short_and_shallow = m < SPLIT_MIN_ROWS and k < SPLIT_MIN_DEPTH
-    if not HAVE_CBLAS or short_and_shallow or not SERIAL_GEMM_MACS <= batch * m * n * k < BLAS_THREADS_MACS:
+    that runs as one BLAS call. With a pool whose workers sleep when idle: products from
+    ``SERIAL_GEMM_MACS`` to ``BLAS_THREADS_MACS``, tall or deep, are split; smaller ones run serially,
+    larger ones and short shallow ones on OpenBLAS's threads. With one whose workers spin (``spins``,
+    :data:`~popjit.kernels.blas.POOL_SPINS`): every product of ``SPLIT_SPINNING_MACS`` or more is split,
+    and smaller ones run serially. Each task gets at least that threshold's multiply-adds."""
+    macs = batch * m * n * k
+    if spins:
+        least = SPLIT_SPINNING_MACS
+        split = macs >= least
+    else:
+        least = SERIAL_GEMM_MACS
+        split = SERIAL_GEMM_MACS <= macs < BLAS_THREADS_MACS and (m >= SPLIT_MIN_ROWS or k >= SPLIT_MIN_DEPTH)
+    if not HAVE_CBLAS or not split:
         return None
     cut, other = (m, n) if splits_by_rows(m, n) else (n, m)
     units = batch * -(-cut // BLOCK)
-    grain = max(1, -(-SERIAL_GEMM_MACS // (BLOCK * other * k)))
+    grain = max(1, -(-least // (BLOCK * other * k)))
     return units, grain
 
 

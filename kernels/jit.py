@@ -73,6 +73,14 @@ def threading_layer() -> str:
     return chosen
 
 
+def pool_spins() -> bool:
+    """Whether the workers of popjit's thread pool spin for a while when idle before they sleep: every
+    threading layer but ``workqueue`` (OpenMP's and TBB's workers, and what Numba's ``default``,
+    ``safe``, ``threadsafe`` and ``forksafe`` choose where one of them is installed). It decides how
+    matmuls use the cores (:mod:`popjit.kernels.blas_split`)."""
+    return threading_layer() != "workqueue"
+
+
 def size_thread_pool() -> None:
     """Give Numba's thread pool :func:`~popjit.kernels.threads.threads_to_use` threads, unless
     ``NUMBA_NUM_THREADS`` is set or the pool already runs. why: Numba sizes it by the machine's

@@ -12,7 +12,17 @@ from __future__ import annotations
 import numpy as np
 
 from .bits import f16_to_f32, f32_to_f16
-from .blas import HAVE_CBLAS, NO_TRANS, ROW_MAJOR, SERIAL_GEMM_MACS, TRANS, cblas_dgemm, cblas_sgemm, set_threads_local
+from .blas import (
+    HAVE_CBLAS,
+    NO_TRANS,
+    POOL_SPINS,
+    ROW_MAJOR,
+    SERIAL_GEMM_MACS,
+    TRANS,
+    cblas_dgemm,
+    cblas_sgemm,
+    set_threads_local,
+)
 from .jit import codelet
 from .rounding import f32_to_f16_nanoo, f32_to_f16_sr, f32_to_f16_sr_nanoo, sr_base, sr_bits
 
@@ -20,9 +30,10 @@ if HAVE_CBLAS:
 
     @codelet
     def _serial_if_small(m, n, k):
-        """Run this thread's gemms of ``m*n*k`` multiply-adds serially when small; the previous
-        thread count to restore (0: nothing changed)."""
-        if m * n * k < SERIAL_GEMM_MACS:
+        """Run this thread's gemms of ``m*n*k`` multiply-adds serially when small (always, when popjit's
+        pool spins: :data:`~popjit.kernels.blas.POOL_SPINS`); the previous thread count to restore (0:
+        nothing changed)."""
+        if POOL_SPINS or m * n * k < SERIAL_GEMM_MACS:
             return set_threads_local(1)
         return 0
 

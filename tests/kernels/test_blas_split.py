@@ -1,12 +1,18 @@
 """Mid-sized float matmuls on the system BLAS split over popjit's threads (:mod:`popjit.kernels.blas_split`):
 any cut of the units into ranges computes NumPy's product, each task is large enough, the thread's
 BLAS thread count is restored, only products between ``SERIAL_GEMM_MACS`` and ``BLAS_THREADS_MACS``
-are split, and a compiled program uses the split kernel for such a product (and gives NumPy's
-numbers, gradients included) and OpenBLAS's own call for a larger one."""
+are split (with a pool that spins when idle: every product from ``SPLIT_SPINNING_MACS``), and a
+compiled program uses the split kernel for such a product (and gives NumPy's numbers, gradients
+included) and OpenBLAS's own call for a larger one."""
 
 from __future__ import annotations
 
 import ctypes
+import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -15,7 +21,14 @@ from hypothesis import strategies as st
 
 import popjit.tensorflow as tf
 from popjit.kernels import blas
-from popjit.kernels.blas_split import BLOCK, SPLIT_MIN_DEPTH, SPLIT_MIN_ROWS, blas_split, splits_by_rows
+from popjit.kernels.blas_split import (
+    BLOCK,
+    SPLIT_MIN_DEPTH,
+    SPLIT_MIN_ROWS,
+    SPLIT_SPINNING_MACS,
+    blas_split,
+    splits_by_rows,
+)
 
 pytestmark = pytest.mark.skipif(not blas.HAVE_CBLAS, reason="NumPy's OpenBLAS is not available")
 
@@ -87,6 +100,19 @@ def test__a_split__covers_the_product_in_tasks_of_serial_size(batch: int, m: int
     assert grain * BLOCK * other * k >= blas.SERIAL_GEMM_MACS > (grain - 1) * BLOCK * other * k
 
 
+@given(st.integers(1, 4), st.integers(1, 3000), st.integers(1, 3000), st.integers(1, 3000))
+def test__with_a_spinning_pool__every_product_from_the_threshold_splits(batch: int, m: int, n: int, k: int) -> None:
+    split = blas_split(batch, m, n, k, spins=True)
+    if batch * m * n * k < SPLIT_SPINNING_MACS:
+        assert split is None, "small products stay one serial call"
+        return
+    assert split is not None, "no product runs on OpenBLAS's threads beside a spinning pool"
+    count, grain = split
+    assert count == units(batch, m, n)
+    other = n if splits_by_rows(m, n) else m
+    assert grain * BLOCK * other * k >= SPLIT_SPINNING_MACS > (grain - 1) * BLOCK * other * k
+
+
 def test__a_convolutions_filter_gradient_splits_and_an_mlps_weight_gradient_does_not() -> None:
     assert blas_split(1, 288, 64, 3872) is not None, "K1's second filter gradient: 288 rows, 3,872 deep"
     assert blas_split(1, 9, 32, 21632) is not None, "K1's first: 9 rows, 21,632 deep (cut by columns)"
@@ -121,3 +147,33 @@ def test__a_compiled_product_past_the_split_range__runs_on_openblas_threads() ->
     callees = [c.name for c in matmul.get_concrete_function(a, a).executable("/device:CPU:0").engine_source.callees]
     assert "matmul_f32" in callees and "matmul_split" not in callees
     np.testing.assert_array_equal(matmul(a, a).numpy()[:2, :2], np.full((2, 2), side, np.float32))
+
+
+STEP_PRODUCT = textwrap.dedent("""
+    import json, numba, numpy as np
+    import popjit.tensorflow as tf
+    from popjit.kernels import blas
+    rng = np.random.default_rng(4)
+    h = rng.uniform(-1, 1, (32, 128)).astype(np.float32)
+    w = rng.uniform(-1, 1, (128, 512)).astype(np.float32)
+    product = tf.function(tf.matmul, jit_compile=True)
+    got = product(h, w).numpy()
+    source = product.get_concrete_function(h, w).executable("/device:CPU:0").engine_source
+    print(json.dumps({"layer": numba.threading_layer(), "spins": blas.POOL_SPINS,
+                      "callees": [c.name for c in source.callees],
+                      "error": float(np.abs(got - h.astype(np.float64) @ w).max())}))
+""")
+
+
+@pytest.mark.parametrize("layer", ["workqueue", "omp"])
+def test__a_recurrent_layers_step_product__is_split_only_over_a_spinning_pool(layer: str, tmp_path) -> None:
+    """An LSTM(128)'s per-step product on a batch of 32 (2M multiply-adds): one serial call beside
+    workqueue's sleeping workers, split over OpenMP's spinning ones, NumPy's numbers either way."""
+    env = {**os.environ, "NUMBA_THREADING_LAYER": layer, "POPJIT_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", STEP_PRODUCT], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["layer"] == layer and result["spins"] == (layer == "omp")
+    assert ("matmul_split" in result["callees"]) == (layer == "omp")
+    assert ("matmul_f32" in result["callees"]) == (layer == "workqueue")
+    assert result["error"] < 1e-4
