@@ -85,11 +85,12 @@ def blas_threads(count: int) -> Iterator[None]:
         _LIB.openblas_set_num_threads_local(previous)
 
 
-#: Whether popjit's pool's workers spin when idle (:func:`~popjit.kernels.jit.pool_spins`:
-#: ``NUMBA_THREADING_LAYER=omp`` or ``tbb``). Then every gemm call runs on its calling thread alone,
-#: and the engine splits every product of :data:`~popjit.kernels.blas_split.SPLIT_SPINNING_MACS` or more
-#: over the pool. why: OpenBLAS's own threads busy-wait too, and the two pools' spinners fight over the
-#: cores (a training step alternates them about ten times: 4.5x slower on 2 cores).
+#: Whether popjit's pool's workers spin when idle (:func:`~popjit.kernels.jit.pool_spins`: OpenMP's,
+#: the default, or TBB's; not ``NUMBA_THREADING_LAYER=workqueue``). Then every gemm call runs on its
+#: calling thread alone, and the engine splits every product of
+#: :data:`~popjit.kernels.blas_split.SPLIT_SPINNING_MACS` or more over the pool. why: OpenBLAS's own
+#: threads busy-wait too, and the two pools' spinners fight over the cores (a training step alternates
+#: them about ten times: 4.5x slower on 2 cores).
 POOL_SPINS = pool_spins()
 
 #: Below this many multiply-adds a gemm runs on the calling thread alone. why: OpenBLAS splits

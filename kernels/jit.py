@@ -23,6 +23,7 @@ import contextlib
 import functools
 import grp
 import hashlib
+import importlib
 import os
 import pickle
 import pwd
@@ -56,21 +57,44 @@ OPTIONS: dict[str, Any] = {"fastmath": set(FASTMATH), "error_model": "numpy", "b
 @functools.lru_cache(maxsize=1)
 def threading_layer() -> str:
     """The Numba threading layer parallel codelets run on: ``NUMBA_THREADING_LAYER`` when set, else
-    ``workqueue``.
+    ``omp`` (GNU OpenMP) where Numba's OpenMP pool loads, else ``workqueue``. Decided once per process.
 
-    why: OpenMP's workers spin after each parallel codelet while OpenBLAS's threads start the next
-    matmul, and the two pools fight over the cores (a training step alternates them ~10 times: 4.5x
-    slower on 2 cores); workqueue's workers sleep. Machine code is built for one layer, so the layer
-    is part of the cache's fingerprint (loading code compiled for another one crashes). Decided
-    once per process.
+    why ``omp``: its idle workers spin for a while before they sleep, so a parallel codelet or a split
+    product wakes them in about a microsecond, where workqueue's sleeping workers took about 60 us on a
+    2-core VM, too long to split a recurrent layer's per-step products. OpenBLAS's own threads, which
+    spin too and would fight them over the cores, are not used beside a spinning pool
+    (:func:`pool_spins`, :mod:`popjit.kernels.blas_split`). Measured on a 2-core Zen 3 against
+    workqueue, in one benchmark run each: Keras CNN 1.34 -> 1.02 s an epoch, LSTM 3.16 -> 2.31 s, MLP W2
+    44 -> 51 steps/s (docs/limitations.md). GNU OpenMP is not fork-safe: a child forked after the pool
+    started runs its codelets inline (:func:`_inline_after_fork`). Machine code is built for one layer,
+    so the layer is part of the cache's fingerprint (loading code compiled for another one crashes).
     """
     if parallel._is_initialized:  # something ran parallel code before popjit: that layer it is
         return parallel.threading_layer()
     chosen = os.environ.get("NUMBA_THREADING_LAYER")
     if not chosen:
-        chosen = "workqueue"
+        chosen = "omp" if _openmp_loads() else "workqueue"
         numba_config.THREADING_LAYER = chosen
+    if chosen == "omp":
+        os.register_at_fork(after_in_child=_inline_after_fork)
     return chosen
+
+
+def _openmp_loads() -> bool:
+    """Whether Numba's OpenMP pool can be loaded (it needs the GNU OpenMP runtime, ``libgomp``)."""
+    try:
+        importlib.import_module("numba.np.ufunc.omppool")
+    except (ImportError, OSError):
+        return False
+    return True
+
+
+def _inline_after_fork() -> None:
+    """In a process forked from one whose OpenMP pool started: run parallel codelets inline (one
+    thread). why: GNU OpenMP is not fork-safe, and Numba terminates a forked child that starts a
+    parallel region of its parent's pool."""
+    if parallel._is_initialized:
+        numba.set_num_threads(1)
 
 
 def pool_spins() -> bool:

@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 import popjit.tensorflow as tf
 from popjit.codegen.engine import render_engine
@@ -154,15 +155,42 @@ def _layer_and_cache_dir(env_layer: str | None) -> tuple[str, str]:
     return layer, path
 
 
-def test__threading_layer__workqueue_by_default_and_machine_code_cached_per_layer() -> None:
+def test__threading_layer__openmp_by_default_and_machine_code_cached_per_layer() -> None:
     default_layer, default_dir = _layer_and_cache_dir(None)
-    chosen_layer, chosen_dir = _layer_and_cache_dir("omp")
-    assert default_layer == "workqueue"
-    assert chosen_layer == "omp"
+    chosen_layer, chosen_dir = _layer_and_cache_dir("workqueue")
+    assert default_layer == "omp"
+    assert chosen_layer == "workqueue"
     assert default_dir != chosen_dir
 
 
-def test__engines_run_from_two_threads_at_once__serialised_under_workqueue() -> None:
+FORKED = textwrap.dedent("""
+    import os, numba, numpy as np
+    import popjit.tensorflow as tf
+    from popjit import config
+    x = np.linspace(-1, 1, 1 << 15).astype(np.float32)
+    with config.context(PARALLEL_MIN_ELEMENTS=1):
+        f = tf.function(lambda v: tf.tanh(v) * 2.0, jit_compile=True)
+        parent = f(x).numpy()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if np.array_equal(f(x).numpy(), parent) and numba.get_num_threads() == 1 else 3)
+        status = os.waitpid(pid, 0)[1]
+    print(numba.threading_layer(), numba.get_num_threads(), os.waitstatus_to_exitcode(status))
+""")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test__a_process_forked_after_parallel_codelets_ran__runs_them_inline() -> None:
+    # GNU OpenMP is not fork-safe: Numba terminates a child that starts its parent's pool
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
+    out = subprocess.run([sys.executable, "-c", FORKED], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    layer, parent_threads, child_exit = out.stdout.split()
+    assert layer == "omp" and int(parent_threads) >= 1 and child_exit == "0", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("layer", ["workqueue", "omp"])
+def test__engines_run_from_two_threads_at_once(layer: str) -> None:
     # Numba's workqueue layer aborts the process on concurrent parallel launches: popjit serialises them
     code = textwrap.dedent("""
         import threading, numpy as np
@@ -182,10 +210,10 @@ def test__engines_run_from_two_threads_at_once__serialised_under_workqueue() -> 
         import numba
         print(numba.threading_layer(), len(results), all(results))
     """)
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
+    env = {**os.environ, "NUMBA_THREADING_LAYER": layer}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["workqueue", "800", "True"]
+    assert out.stdout.split() == [layer, "800", "True"]
 
 
 def test__a_value_that_only_depends_on_outer_loops__is_computed_there():

@@ -86,7 +86,7 @@ def test__any_cut_of_the_units__computes_numpys_product(p: dict) -> None:
 
 @given(st.integers(1, 4), st.integers(1, 3000), st.integers(1, 3000), st.integers(1, 3000))
 def test__a_split__covers_the_product_in_tasks_of_serial_size(batch: int, m: int, n: int, k: int) -> None:
-    split = blas_split(batch, m, n, k)
+    split = blas_split(batch, m, n, k, spins=False)
     if batch * m * n * k < blas.SERIAL_GEMM_MACS:
         assert split is None, "small products stay one serial call"
         return
@@ -113,11 +113,11 @@ def test__with_a_spinning_pool__every_product_from_the_threshold_splits(batch: i
     assert grain * BLOCK * other * k >= SPLIT_SPINNING_MACS > (grain - 1) * BLOCK * other * k
 
 
-def test__a_convolutions_filter_gradient_splits_and_an_mlps_weight_gradient_does_not() -> None:
-    assert blas_split(1, 288, 64, 3872) is not None, "K1's second filter gradient: 288 rows, 3,872 deep"
-    assert blas_split(1, 9, 32, 21632) is not None, "K1's first: 9 rows, 21,632 deep (cut by columns)"
-    assert blas_split(1, 784, 256, 32) is None, "W1's first weight gradient: 784 rows, 32 deep"
-    assert blas_split(1, 32, 256, 784) is None, "W1's first layer: 32 rows, 784 deep"
+def test__beside_a_sleeping_pool__a_filter_gradient_splits_and_an_mlps_weight_gradient_does_not() -> None:
+    assert blas_split(1, 288, 64, 3872, spins=False) is not None, "K1's second filter gradient: 288 rows, 3,872 deep"
+    assert blas_split(1, 9, 32, 21632, spins=False) is not None, "K1's first: 9 rows, 21,632 deep (cut by columns)"
+    assert blas_split(1, 784, 256, 32, spins=False) is None, "W1's first weight gradient: 784 rows, 32 deep"
+    assert blas_split(1, 32, 256, 784, spins=False) is None, "W1's first layer: 32 rows, 784 deep"
 
 
 def dense_step(x, w):
@@ -140,12 +140,12 @@ def test__a_compiled_large_product__runs_split_and_equals_numpy() -> None:
     np.testing.assert_allclose(grad, 2 * x.T.astype(np.float64) @ h, rtol=1e-4, atol=1e-3)
 
 
-def test__a_compiled_product_past_the_split_range__runs_on_openblas_threads() -> None:
+def test__a_compiled_product_past_the_split_range__runs_on_openblas_threads_only_beside_a_sleeping_pool() -> None:
     side = 1 + round(blas.BLAS_THREADS_MACS ** (1 / 3))
     a = np.ones((side, side), np.float32)
     matmul = tf.function(tf.matmul, jit_compile=True)
     callees = [c.name for c in matmul.get_concrete_function(a, a).executable("/device:CPU:0").engine_source.callees]
-    assert "matmul_f32" in callees and "matmul_split" not in callees
+    assert ("matmul_split" in callees) == blas.POOL_SPINS and ("matmul_f32" in callees) != blas.POOL_SPINS
     np.testing.assert_array_equal(matmul(a, a).numpy()[:2, :2], np.full((2, 2), side, np.float32))
 
 
