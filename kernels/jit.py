@@ -54,6 +54,13 @@ OPTIONS: dict[str, Any] = {"fastmath": set(FASTMATH), "error_model": "numpy", "b
                            "cache": True}
 
 
+#: How long (``GOMP_SPINCOUNT``, in spins) an idle OpenMP worker spins before it sleeps, unless the
+#: user's environment sets it. why: GNU OpenMP's default, 300,000, keeps a worker spinning on a core that
+#: another process needs: the Keras CNN beside one busy process took 2.86 s an epoch with it, 1.90 s
+#: with 1,000 and 1.77 s under workqueue; on a quiet host 0.92, 1.09 and 1.45 s (2-core Zen 3).
+OPENMP_SPINS = 1000
+
+
 @functools.lru_cache(maxsize=1)
 def threading_layer() -> str:
     """The Numba threading layer parallel codelets run on: ``NUMBA_THREADING_LAYER`` when set, else
@@ -73,6 +80,7 @@ def threading_layer() -> str:
         return parallel.threading_layer()
     chosen = os.environ.get("NUMBA_THREADING_LAYER")
     if not chosen:
+        os.environ.setdefault("GOMP_SPINCOUNT", str(OPENMP_SPINS))  # why: read when libgomp loads, just below
         chosen = "omp" if _openmp_loads() else "workqueue"
         numba_config.THREADING_LAYER = chosen
     if chosen == "omp":

@@ -13,6 +13,7 @@ import pytest
 
 import popjit.tensorflow as tf
 from popjit.codegen.engine import render_engine
+from popjit.kernels.jit import OPENMP_SPINS
 from popjit.pipeline import compile_graph, lower_graph, optimize_graph
 
 
@@ -136,29 +137,31 @@ def test__executable_cache_path__second_process_compiles_nothing(tmp_path):
     assert not (tmp_path / "unused").exists()
 
 
-def _layer_and_cache_dir(env_layer: str | None) -> tuple[str, str]:
-    """In a fresh process: the threading layer a parallel codelet ran on, and the machine-code directory."""
+def _layer_and_cache_dir(env_layer: str | None) -> tuple[str, str, str]:
+    """In a fresh process: the threading layer a parallel codelet ran on, the machine-code directory and
+    ``GOMP_SPINCOUNT``."""
     code = textwrap.dedent("""
-        import numba, numpy as np
+        import os, numba, numpy as np
         import popjit.tensorflow as tf
         from popjit import config
         from popjit.kernels.jit import machine_code_dir
         with config.context(PARALLEL_MIN_ELEMENTS=1):
             tf.function(lambda x: tf.tanh(x) * 2.0, jit_compile=True)(np.ones(64, np.float32))
-        print(numba.threading_layer(), machine_code_dir())
+        print(numba.threading_layer(), machine_code_dir(), os.environ.get("GOMP_SPINCOUNT"))
     """)
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_THREADING_LAYER", "GOMP_SPINCOUNT")}
     if env_layer:
         env["NUMBA_THREADING_LAYER"] = env_layer
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    layer, path = out.stdout.split()
-    return layer, path
+    layer, path, spins = out.stdout.split()
+    return layer, path, spins
 
 
 def test__threading_layer__openmp_by_default_and_machine_code_cached_per_layer() -> None:
-    default_layer, default_dir = _layer_and_cache_dir(None)
-    chosen_layer, chosen_dir = _layer_and_cache_dir("workqueue")
+    default_layer, default_dir, spins = _layer_and_cache_dir(None)
+    chosen_layer, chosen_dir, _ = _layer_and_cache_dir("workqueue")
     assert default_layer == "omp"
+    assert spins == str(OPENMP_SPINS), "OpenMP's idle workers spin briefly, not GNU's 300,000 spins"
     assert chosen_layer == "workqueue"
     assert default_dir != chosen_dir
 
