@@ -72,15 +72,16 @@ def threading_layer() -> str:
     spin too and would fight them over the cores, are not used beside a spinning pool
     (:func:`pool_spins`, :mod:`popjit.kernels.blas_split`). Measured on a 2-core Zen 3 against
     workqueue, in one benchmark run each: Keras CNN 1.34 -> 1.02 s an epoch, LSTM 3.16 -> 2.31 s, MLP W2
-    44 -> 51 steps/s (docs/limitations.md). GNU OpenMP is not fork-safe: a child forked after the pool
+    44 -> 51 steps/s (docs/pipeline.md). GNU OpenMP is not fork-safe: a child forked after the pool
     started runs its codelets inline (:func:`_inline_after_fork`). Machine code is built for one layer,
     so the layer is part of the cache's fingerprint (loading code compiled for another one crashes).
     """
     if parallel._is_initialized:  # something ran parallel code before popjit: that layer it is
         return parallel.threading_layer()
     chosen = os.environ.get("NUMBA_THREADING_LAYER")
+    if chosen in (None, "", "omp"):
+        os.environ.setdefault("GOMP_SPINCOUNT", str(OPENMP_SPINS))  # why: read when libgomp loads
     if not chosen:
-        os.environ.setdefault("GOMP_SPINCOUNT", str(OPENMP_SPINS))  # why: read when libgomp loads, just below
         chosen = "omp" if _openmp_loads() else "workqueue"
         numba_config.THREADING_LAYER = chosen
     if chosen == "omp":
