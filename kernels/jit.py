@@ -64,7 +64,8 @@ OPENMP_SPINS = 1000
 @functools.lru_cache(maxsize=1)
 def threading_layer() -> str:
     """The Numba threading layer parallel codelets run on: ``NUMBA_THREADING_LAYER`` when set, else
-    ``omp`` (GNU OpenMP) where Numba's OpenMP pool loads, else ``workqueue``. Decided once per process.
+    ``omp`` (GNU OpenMP) where Numba's OpenMP pool loads and ``OMP_THREAD_LIMIT`` does not cap it below
+    popjit's threads, else ``workqueue``. Decided once per process.
 
     why ``omp``: its idle workers spin for a while before they sleep, so a parallel codelet or a split
     product wakes them in about a microsecond, where workqueue's sleeping workers took about 60 us on a
@@ -82,7 +83,7 @@ def threading_layer() -> str:
     if chosen in (None, "", "omp"):
         os.environ.setdefault("GOMP_SPINCOUNT", str(OPENMP_SPINS))  # why: read when libgomp loads
     if not chosen:
-        chosen = "omp" if _openmp_loads() else "workqueue"
+        chosen = "omp" if _openmp_loads() and not _openmp_capped() else "workqueue"
         numba_config.THREADING_LAYER = chosen
     if chosen == "omp":
         os.register_at_fork(after_in_child=_inline_after_fork)
@@ -96,6 +97,17 @@ def _openmp_loads() -> bool:
     except (ImportError, OSError):
         return False
     return True
+
+
+def _openmp_capped() -> bool:
+    """Whether the user's ``OMP_THREAD_LIMIT`` allows OpenMP fewer threads than popjit uses. why: GNU
+    OpenMP honours it for Numba's pool too: set to 1 for some other program, it put the element-wise chain
+    on one core (150-167 ms a call against 77 ms; under workqueue, which ignores it, 80-87 ms)."""
+    try:
+        limit = int(os.environ.get("OMP_THREAD_LIMIT", ""))
+    except ValueError:
+        return False
+    return limit < threads_to_use()
 
 
 def _inline_after_fork() -> None:

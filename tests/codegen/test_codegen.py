@@ -137,7 +137,7 @@ def test__executable_cache_path__second_process_compiles_nothing(tmp_path):
     assert not (tmp_path / "unused").exists()
 
 
-def _layer_and_cache_dir(env_layer: str | None) -> tuple[str, str, str]:
+def _layer_and_cache_dir(env_layer: str | None, **more_env: str) -> tuple[str, str, str]:
     """In a fresh process: the threading layer a parallel codelet ran on, the machine-code directory and
     ``GOMP_SPINCOUNT``."""
     code = textwrap.dedent("""
@@ -152,6 +152,7 @@ def _layer_and_cache_dir(env_layer: str | None) -> tuple[str, str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_THREADING_LAYER", "GOMP_SPINCOUNT")}
     if env_layer:
         env["NUMBA_THREADING_LAYER"] = env_layer
+    env.update(more_env)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     layer, path, spins = out.stdout.split()
     return layer, path, spins
@@ -164,6 +165,14 @@ def test__threading_layer__openmp_by_default_and_machine_code_cached_per_layer()
     assert spins == str(OPENMP_SPINS), "OpenMP's idle workers spin briefly, not GNU's 300,000 spins"
     assert chosen_layer == "workqueue"
     assert default_dir != chosen_dir
+
+
+def test__threading_layer__workqueue_when_omp_thread_limit_caps_openmp() -> None:
+    """A user's ``OMP_THREAD_LIMIT`` (set for another program) must not put popjit on fewer cores: below
+    popjit's threads it makes workqueue the default; at popjit's threads OpenMP stays."""
+    capped, _, _ = _layer_and_cache_dir(None, OMP_THREAD_LIMIT="1", POPJIT_NUM_THREADS="2")
+    enough, _, _ = _layer_and_cache_dir(None, OMP_THREAD_LIMIT="2", POPJIT_NUM_THREADS="2")
+    assert (capped, enough) == ("workqueue", "omp")
 
 
 FORKED = textwrap.dedent("""
