@@ -182,12 +182,13 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
     direct = _DirectCodelets() if config.get("DIRECT_CODELETS") else None
     sources = [_codelet_source(fn) if direct else None for _, fn, _ in distinct]
     threads = threads_to_use()
-    part_of = balanced_parts([len(source) if source else _OTHER_WEIGHT for source in sources],
-                             PARTS_PER_THREAD * threads if threads > 1 else 1)
+    engine_alone = threads > 1
+    groups = _groups([(*callee, source) for callee, source in zip(distinct, sources)],
+                     [len(source) if source else _OTHER_WEIGHT for source in sources],
+                     PARTS_PER_THREAD * threads if engine_alone else 1, at_least=0 if engine_alone else 1)
     debug = config.get("DEBUG") >= 7
     linked = _LinkedModules()
-    symbols: dict[tuple[int, tuple], str] = {}
-    environments: list[Any] = []
+    writer = _PartWriter(len(distinct), direct, progress)
     parts: list[_Part] = []
     compiled: list[Future[ObjectCode]] = []
     with PartCompiler(threads, assembly=debug) as compiler:
@@ -197,23 +198,16 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
             compiled.append(compiler.submit(linked.part(part)))
 
         engine_text = cgutils.normalize_ir_text(str(engine_module))  # why text: parsed on the compiling thread
-        engine_alone = threads > 1
         if engine_alone:
             submit(_Part(_new_library("engine"), [engine_text]))
         load_numba_registries()
-        for index in range(max(max(part_of, default=-1) + 1, 0 if engine_alone else 1)):
-            part = _Part(_new_library(str(len(parts))))
-            for (name, fn, types), source, p in zip(distinct, sources, part_of):
-                if p == index:
-                    symbol, environment = _callee(part, direct, name, fn, types, source, len(symbols))
-                    symbols[(id(fn), types)] = symbol
-                    environments += [environment] if environment is not None else []
-                    if progress is not None:
-                        progress(len(symbols), len(distinct))
+        for members in groups:
+            part = writer.part(str(len(parts)), members)
             if not engine_alone:  # why: one part, the only one
                 part.texts.append(engine_text)
             submit(part)
         objects = [future.result() for future in compiled]
+    symbols, environments = writer.symbols, writer.environments
     if debug:
         assembly = "\n".join(part.assembly or "" for part in objects)
         print(f"=== popjit: machine code of program library {key} ===\n{assembly}", file=sys.stderr)
@@ -242,6 +236,40 @@ def _callee(part: _Part, direct: _DirectCodelets | None, name: str, fn: Any, typ
                                       library=part.library)
     _check_returns_int64(name, compiled)
     return compiled.fndesc.llvm_cfunc_wrapper_name, compiled.environment
+
+
+Callee = tuple[str, Any, tuple, "str | None"]
+"""A callee to write: its name, function, argument types and generated source (None if not generated)."""
+
+
+def _groups(callees: Sequence[Callee], weights: Sequence[int], parts: int, at_least: int) -> list[list[Callee]]:
+    """``callees`` cut into at most ``parts`` groups of about equal weight (:func:`balanced_parts`), and
+    at least ``at_least`` groups (empty ones when there are fewer callees)."""
+    part_of = balanced_parts(weights, parts)
+    count = max(max(part_of, default=-1) + 1, at_least)
+    return [[callee for callee, p in zip(callees, part_of) if p == index] for index in range(count)]
+
+
+class _PartWriter:
+    """Writes parts of a program library and keeps what they hold: each callee's symbol (by function
+    and types) and the Numba environments of the callees Numba's pipeline compiled."""
+
+    def __init__(self, total: int, direct: _DirectCodelets | None, progress: Progress | None) -> None:
+        self.total, self.direct, self.progress = total, direct, progress
+        self.symbols: dict[tuple[int, tuple], str] = {}
+        self.environments: list[Any] = []
+
+    def part(self, name: str, members: Sequence[Callee]) -> _Part:
+        """A new part named ``name`` holding ``members``."""
+        part = _Part(_new_library(name))
+        for callee, fn, types, source in members:
+            symbol, environment = _callee(part, self.direct, callee, fn, types, source, len(self.symbols))
+            self.symbols[(id(fn), types)] = symbol
+            if environment is not None:
+                self.environments.append(environment)
+            if self.progress is not None:
+                self.progress(len(self.symbols), self.total)
+        return part
 
 
 #: The weight of a callee that is not a generated codelet written as LLVM IR (its source length is).
