@@ -149,7 +149,8 @@ def _layer_and_cache_dir(env_layer: str | None, **more_env: str) -> tuple[str, s
             tf.function(lambda x: tf.tanh(x) * 2.0, jit_compile=True)(np.ones(64, np.float32))
         print(numba.threading_layer(), machine_code_dir(), os.environ.get("GOMP_SPINCOUNT"))
     """)
-    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_THREADING_LAYER", "GOMP_SPINCOUNT")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NUMBA_THREADING_LAYER", "GOMP_SPINCOUNT", "OMP_THREAD_LIMIT", "POPJIT_NUM_THREADS")}
     if env_layer:
         env["NUMBA_THREADING_LAYER"] = env_layer
     env.update(more_env)
