@@ -170,6 +170,19 @@ def test_target_ratios() -> None:
     assert all(line.endswith("NOT met") for line in missed)
 
 
+def test_target_lines_show_median_calls_beside_the_best_calls_verdict() -> None:
+    """A peer whose median call is twice its best: the verdict uses best calls, the line shows both."""
+    w1 = workloads.problem_label("train")
+    rows = [runner.Row(w1, "popjit", 2600.0, "steps/s", best_ms=38.5, median_ms=50.0),
+            runner.Row(w1, "TF-XLA", 2000.0, "steps/s", best_ms=50.0, median_ms=100.0)]
+    line = next(line for line in runner.target_lines(rows) if line.startswith("(d) W1 train"))
+    assert "= 1.30 (median calls 2.00)" in line and line.endswith(" met")
+    no_medians = next(line for line in runner.target_lines([runner.Row(w1, "popjit", 2600.0, "steps/s"),
+                                                            runner.Row(w1, "TF-XLA", 2000.0, "steps/s")])
+                      if line.startswith("(d) W1 train"))
+    assert "median" not in no_medians and "= 1.30" in no_medians
+
+
 def test_targets_without_peers_are_not_applicable() -> None:
     chain = workloads.problem_label("chain")
     lines = runner.target_lines([runner.Row(chain, "popjit", 10.0, "GB/s"),
