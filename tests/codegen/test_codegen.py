@@ -137,6 +137,16 @@ def test__executable_cache_path__second_process_compiles_nothing(tmp_path):
     assert not (tmp_path / "unused").exists()
 
 
+#: The environment variables that decide popjit's thread pool (its layer, spins and size).
+POOL_VARIABLES = ("NUMBA_THREADING_LAYER", "GOMP_SPINCOUNT", "OMP_THREAD_LIMIT", "POPJIT_NUM_THREADS")
+
+
+def _pool_env(**chosen: str) -> dict[str, str]:
+    """This environment without the variables that decide the pool, plus ``chosen``: so a developer's
+    environment cannot decide what a child process's pool is."""
+    return {**{k: v for k, v in os.environ.items() if k not in POOL_VARIABLES}, **chosen}
+
+
 def _layer_and_cache_dir(env_layer: str | None, **more_env: str) -> tuple[str, str, str]:
     """In a fresh process: the threading layer a parallel codelet ran on, the machine-code directory and
     ``GOMP_SPINCOUNT``."""
@@ -149,11 +159,7 @@ def _layer_and_cache_dir(env_layer: str | None, **more_env: str) -> tuple[str, s
             tf.function(lambda x: tf.tanh(x) * 2.0, jit_compile=True)(np.ones(64, np.float32))
         print(numba.threading_layer(), machine_code_dir(), os.environ.get("GOMP_SPINCOUNT"))
     """)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("NUMBA_THREADING_LAYER", "GOMP_SPINCOUNT", "OMP_THREAD_LIMIT", "POPJIT_NUM_THREADS")}
-    if env_layer:
-        env["NUMBA_THREADING_LAYER"] = env_layer
-    env.update(more_env)
+    env = _pool_env(**({"NUMBA_THREADING_LAYER": env_layer} if env_layer else {}), **more_env)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     layer, path, spins = out.stdout.split()
     return layer, path, spins
@@ -195,8 +201,8 @@ FORKED = textwrap.dedent("""
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test__a_process_forked_after_parallel_codelets_ran__runs_them_inline() -> None:
     # GNU OpenMP is not fork-safe: Numba terminates a child that starts its parent's pool
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
-    out = subprocess.run([sys.executable, "-c", FORKED], capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run([sys.executable, "-c", FORKED], capture_output=True, text=True, env=_pool_env(),
+                         timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     layer, parent_threads, child_exit = out.stdout.split()
     assert layer == "omp" and int(parent_threads) >= 1 and child_exit == "0", out.stderr[-2000:]
@@ -223,8 +229,8 @@ def test__engines_run_from_two_threads_at_once(layer: str) -> None:
         import numba
         print(numba.threading_layer(), len(results), all(results))
     """)
-    env = {**os.environ, "NUMBA_THREADING_LAYER": layer}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=_pool_env(NUMBA_THREADING_LAYER=layer), timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == [layer, "800", "True"]
 
