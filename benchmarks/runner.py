@@ -256,7 +256,7 @@ def target_lines(rows: Sequence[Row]) -> list[str]:
 
 
 def _versus_tf(rows: Sequence[Row], title: str, rate: str, target: float) -> str:
-    """``title: popjit / <rate> = ratio (target >= t) met|NOT met|n/a`` against TensorFlow's row."""
+    """:func:`_rate_line` against TensorFlow's row, for the workload ``title`` names after its first two words."""
     return _rate_line(rows, title, title.split(" ", 2)[2], "TF-XLA", rate, target)
 
 

@@ -259,11 +259,11 @@ class _PartWriter:
         self.symbols: dict[tuple[int, tuple], str] = {}
         self.environments: list[Any] = []
 
-    def part(self, name: str, members: Sequence[Callee]) -> _Part:
-        """A new part named ``name`` holding ``members``."""
-        part = _Part(_new_library(name))
-        for callee, fn, types, source in members:
-            symbol, environment = _callee(part, self.direct, callee, fn, types, source, len(self.symbols))
+    def part(self, part_name: str, members: Sequence[Callee]) -> _Part:
+        """A new part named ``part_name`` holding ``members``."""
+        part = _Part(_new_library(part_name))
+        for name, fn, types, source in members:
+            symbol, environment = _callee(part, self.direct, name, fn, types, source, len(self.symbols))
             self.symbols[(id(fn), types)] = symbol
             if environment is not None:
                 self.environments.append(environment)
