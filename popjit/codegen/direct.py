@@ -16,9 +16,9 @@ applied by Numba's post-lowering pass with the codelet decorator's own options.
 
 A codelet using anything outside the subset raises :class:`Unsupported` and is compiled by Numba
 as before (:mod:`popjit.codegen.library`); ``POPJIT_DIRECT_CODELETS=0`` compiles them all that way.
-The function has the C signature of Numba's cfunc wrapper for the same argument types (arrays as
-Numba's array structure by value, ``int64``, ``double``, ``bool``), so the engine calls either kind
-alike.
+The function takes its arguments as the engine passes them (:mod:`popjit.codegen.abi`: a buffer as a
+pointer to Numba's array structure, ``int64``, ``double`` and ``bool`` by value); a codelet Numba
+compiles is called through an entry point that does the same.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.extending import _Intrinsic
 from numba.core.typing import signature
+
+from popjit.codegen.abi import array_data, callee_type
 
 _I64 = ir.IntType(64)
 
@@ -325,8 +327,7 @@ class _Writer:
         self.arrays: dict[str, tuple[ir.Value, types.Type]] = {}
         for (name, t), value in zip(arguments.items(), function.args):
             if isinstance(t, types.Array):
-                data = self.builder.extract_value(value, 4)
-                self.arrays[name] = (data, t.dtype)
+                self.arrays[name] = (array_data(self.builder, value), t.dtype)
             else:
                 self.slots[name] = self.slot(t)
                 self.builder.store(value, self.slots[name])
@@ -533,8 +534,7 @@ def emit_codelet(context: Any, module: ir.Module, symbol: str, source: str, name
     typed = typer.run(definition.body)
     if typer.returns is None or not isinstance(typer.returns, (types.Integer, types.Boolean)):
         raise Unsupported(f"returns {typer.returns}")
-    fnty = ir.FunctionType(_I64, [context.get_value_type(t) for t in argument_types])
-    function = ir.Function(module, fnty, symbol)
+    function = ir.Function(module, callee_type(context, argument_types), symbol)
     writer = _Writer(context, function, typed, namespace, arguments)
     writer.block(definition.body)
     if not writer.builder.block.is_terminated:

@@ -44,6 +44,7 @@ from numba.core.registry import cpu_target
 from numba.core.runtime import rtsys
 
 from popjit import config
+from popjit.codegen.abi import pointer_entry
 from popjit.codegen.direct import Unsupported, emit_codelet
 from popjit.codegen.machine import ObjectCode, Part, PartCompiler
 from popjit.codegen.render import WIDEST_VECTORS
@@ -174,18 +175,17 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
            functions: list[Any], progress: Progress | None = None) -> tuple[ProgramLibrary, tuple]:
     """Compile the engine and ``functions`` into a program library, part by part: each part is
     compiled on a thread (:class:`~popjit.codegen.machine.PartCompiler`) while the next is written.
-    With more than one thread the engine is a part of its own, compiled while Numba's registries load
-    and the codelets are written. The engine joins its part as IR text, as the codelets do: parsed and
-    given Numba's function passes on the thread that compiles it (0.3 s of the caller's for the Keras
-    CNN's engine with ``add_ir_module``)."""
+    The engine is a part of its own, compiled first (while Numba's registries load and the codelets
+    are written) and without optimisation: it only sequences calls, and LLVM's passes and optimised
+    code emission took 0.9 s of CPU time for the Keras CNN's engine against 0.08 s without. It joins
+    its part as IR text, as the codelets do, parsed on the thread that compiles it."""
     distinct = list({(id(fn), types): (name, fn, types) for (name, types), fn in zip(callees, functions)}.values())
     direct = _DirectCodelets() if config.get("DIRECT_CODELETS") else None
     sources = [_codelet_source(fn) if direct else None for _, fn, _ in distinct]
     threads = threads_to_use()
-    engine_alone = threads > 1
     groups = _groups([(*callee, source) for callee, source in zip(distinct, sources)],
                      [len(source) if source else _OTHER_WEIGHT for source in sources],
-                     PARTS_PER_THREAD * threads if engine_alone else 1, at_least=0 if engine_alone else 1)
+                     PARTS_PER_THREAD * threads if threads > 1 else 1)
     debug = config.get("DEBUG") >= 7
     linked = _LinkedModules()
     writer = _PartWriter(len(distinct), direct, progress)
@@ -198,14 +198,10 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
             compiled.append(compiler.submit(linked.part(part)))
 
         engine_text = cgutils.normalize_ir_text(str(engine_module))  # why text: parsed on the compiling thread
-        if engine_alone:
-            submit(_Part(_new_library("engine"), [engine_text]))
+        submit(_Part(_new_library("engine"), [engine_text], optimize=False))
         load_numba_registries()
         for members in groups:
-            part = writer.part(str(len(parts)), members)
-            if not engine_alone:  # why: one part, the only one
-                part.texts.append(engine_text)
-            submit(part)
+            submit(writer.part(str(len(parts)), members))
         objects = [future.result() for future in compiled]
     symbols, environments = writer.symbols, writer.environments
     if debug:
@@ -235,18 +231,20 @@ def _callee(part: _Part, direct: _DirectCodelets | None, name: str, fn: Any, typ
     compiled = compiler.compile_extra(typing, target, fn.py_func, types, None, _flags(fn), fn._compiler.locals,
                                       library=part.library)
     _check_returns_int64(name, compiled)
-    return compiled.fndesc.llvm_cfunc_wrapper_name, compiled.environment
+    symbol = f"popjit.callee.{index}"
+    _add_pointer_entry(part.library, symbol, compiled.fndesc.llvm_cfunc_wrapper_name, types)
+    return symbol, compiled.environment
 
 
 Callee = tuple[str, Any, tuple, "str | None"]
 """A callee to write: its name, function, argument types and generated source (None if not generated)."""
 
 
-def _groups(callees: Sequence[Callee], weights: Sequence[int], parts: int, at_least: int) -> list[list[Callee]]:
-    """``callees`` cut into at most ``parts`` groups of about equal weight (:func:`balanced_parts`), and
-    at least ``at_least`` groups (empty ones when there are fewer callees)."""
+def _groups(callees: Sequence[Callee], weights: Sequence[int], parts: int) -> list[list[Callee]]:
+    """``callees`` cut into at most ``parts`` groups of about equal weight (:func:`balanced_parts`);
+    none when there are no callees."""
     part_of = balanced_parts(weights, parts)
-    count = max(max(part_of, default=-1) + 1, at_least)
+    count = max(part_of, default=-1) + 1
     return [[callee for callee, p in zip(callees, part_of) if p == index] for index in range(count)]
 
 
@@ -286,6 +284,7 @@ class _Part:
 
     library: Any
     texts: list[str] = field(default_factory=list)
+    optimize: bool = True  # see :attr:`popjit.codegen.machine.Part.optimize`
 
 
 def balanced_parts(weights: Sequence[int], parts: int) -> list[int]:
@@ -318,7 +317,8 @@ class _LinkedModules:
         for lib in kernels:
             if id(lib) not in self.bitcode:
                 self.bitcode[id(lib)] = lib._get_module_for_linking().as_bitcode()
-        return Part(part.library._final_module.as_bitcode(), part.texts, [self.bitcode[id(lib)] for lib in kernels])
+        return Part(part.library._final_module.as_bitcode(), part.texts, [self.bitcode[id(lib)] for lib in kernels],
+                    part.optimize)
 
 
 def _check_returns_int64(name: str, compiled: Any) -> None:
@@ -342,16 +342,18 @@ def _link_kernel(library: Any, fn: Any, types: tuple, symbol: str) -> str:
         fn.compile(types)
     compiled = fn.overloads[types]
     _check_returns_int64(fn.py_func.__name__, compiled)
-    context = cpu_target.target_context
-    module = context.create_module(symbol)
-    fnty = ir.FunctionType(ir.IntType(64), [context.get_value_type(t) for t in types])
-    target = ir.Function(module, fnty, compiled.fndesc.llvm_cfunc_wrapper_name)
-    entry = ir.Function(module, fnty, symbol)
-    builder = ir.IRBuilder(entry.append_basic_block())
-    builder.ret(builder.call(target, entry.args))
-    library.add_ir_module(module)
+    _add_pointer_entry(library, symbol, compiled.fndesc.llvm_cfunc_wrapper_name, types)
     library.add_linking_library(compiled.library)
     return symbol
+
+
+def _add_pointer_entry(library: Any, symbol: str, target: str, types: tuple) -> None:
+    """Add ``symbol`` to ``library``: the engine's entry point (:func:`~popjit.codegen.abi.pointer_entry`)
+    of ``target``, a function Numba compiled for ``types``."""
+    context = cpu_target.target_context
+    module = context.create_module(symbol)
+    pointer_entry(context, module, symbol, target, types)
+    library.add_ir_module(module)
 
 
 class _DirectCodelets:

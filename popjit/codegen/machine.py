@@ -54,6 +54,9 @@ class Part:
     bitcode: bytes
     texts: Sequence[str] = ()
     libraries: Sequence[bytes] = ()
+    optimize: bool = True
+    """False: no optimisation passes, and the code emitted by LLVM's fast instruction selector and
+    register allocator (optimisation level 0). For the engine, which only sequences calls."""
 
 
 class PartCompiler:
@@ -94,12 +97,14 @@ def _compile(part: Part, assembly: bool) -> ObjectCode:
     context = ll.create_context()
     module = ll.parse_bitcode(part.bitcode, context=context)
     try:
-        machine = _target_machine()
+        machine = _target_machine(numba_config.OPT if part.optimize else 0)
         for text in part.texts:
-            _link(module, _function_passes(_parse(text, context), machine))
+            parsed = _parse(text, context)
+            parsed.data_layout = str(machine.target_data)
+            _link(module, _function_passes(parsed, machine) if part.optimize else parsed)
         for library in part.libraries:
             _link(module, ll.parse_bitcode(library, context=context))
-        for manager, builder in _pipelines(machine):
+        for manager, builder in _pipelines(machine) if part.optimize else []:
             _unlocked("LLVMPY_RunNewModulePassManager")(manager, module, builder)
         code = _emit(machine, module, as_object=True)
         text = _emit(machine, module, as_object=False).decode() if assembly else None
@@ -109,11 +114,13 @@ def _compile(part: Part, assembly: bool) -> ObjectCode:
         context.close()
 
 
-def _target_machine() -> Any:
-    """A target machine of the host, set up as the one of Numba's JIT (CPU, features, relocation)."""
+def _target_machine(opt: int) -> Any:
+    """A target machine of the host, set up as the one of Numba's JIT (CPU, features, relocation), at
+    code-generation optimisation level ``opt``."""
     codegen = cpu_target.target_context.codegen()
-    options: dict[str, Any] = {"opt": numba_config.OPT}
+    options: dict[str, Any] = {}
     codegen._customize_tm_options(options)
+    options["opt"] = opt
     return ll.Target.from_triple(ll.get_process_triple()).create_target_machine(**options)
 
 
@@ -131,7 +138,6 @@ def _parse(text: str, context: Any) -> Any:
 
 def _function_passes(module: Any, machine: Any) -> Any:
     """``module`` after Numba's function-level passes on each of its functions."""
-    module.data_layout = str(machine.target_data)
     run = _unlocked("LLVMPY_RunNewFunctionPassManager")
     for function in module.functions:  # why a builder per function: as Numba's add_ir_module does
         builder = _full_builder(machine)

@@ -13,8 +13,8 @@ unpacks the arguments from a stack frame and claims chunks of the loop until non
 inline when one task's worth of iterations would do.
 
 ``data``/``sizes``: each buffer's address and element count; ``P``, ``F``, ``S``, ``R`` as in
-:mod:`popjit.codegen.engine`; ``K``: the callees' C entry points (Numba's cfunc wrappers), each of
-which takes Numba's array structure by value for a buffer, so the engine builds one per buffer
+:mod:`popjit.codegen.engine`; ``K``: the callees' entry points, each of which takes a pointer to
+Numba's array structure for a buffer (:mod:`popjit.codegen.abi`), so the engine fills one per buffer
 (no reference count: the host keeps the arrays alive for the call). The types come from Numba's
 target context, the same that compiled the callees. The engine is compiled and cached with the program's
 codelets, in one library (:mod:`popjit.codegen.library`).
@@ -166,7 +166,8 @@ class _Builder:
         return self.builder.load(self.builder.gep(pointer, [_I64(index)]))
 
     def array(self, k: int) -> ir.Value:
-        """Numba's array structure for buffer ``k`` (built once, in the entry block)."""
+        """A pointer to Numba's array structure for buffer ``k``, as callees take it
+        (:mod:`popjit.codegen.abi`; filled once, in the entry block)."""
         if k not in self.arrays:
             b = self.builder
             with b.goto_block(self.function.entry_basic_block):
@@ -182,7 +183,9 @@ class _Builder:
                     value = b.insert_value(value, field, i)
                 value = b.insert_value(value, count, [5, 0])
                 value = b.insert_value(value, _I64(itemsize), [6, 0])
-            self.arrays[k] = value
+                pointer = b.alloca(struct)
+                b.store(value, pointer)
+            self.arrays[k] = pointer
         return self.arrays[k]
 
     def argument(self, expr: str, numba_type: Any) -> ir.Value:

@@ -73,12 +73,13 @@ def test__program_library__compiled_in_parts_on_threads_gives_the_single_part_re
         single, single_parts, single_threads, _, _ = _run_and_parts(1)
     with config.context(CACHE_DIR=str(tmp_path / "two")):
         split, split_parts, split_threads, started, engine_name = _run_and_parts(2)
-    assert single_parts == 1 and single_threads == {"MainThread"}
+    assert single_parts == 2 and single_threads == {"MainThread"}, "one part for the codelets, the engine's own"
     assert split_parts == 2 * PARTS_PER_THREAD + 1, "the codelets' parts and the engine's own"
     assert len(split_threads) == 2 and all(n.startswith("popjit-llvm") for n in split_threads)
     first = started[0]  # the pool starts parts in the order they are given
     assert len(first.texts) == 1 and _defines(first.texts[0], engine_name), \
         "the engine's part is given first, before any codelet is written"
+    assert not first.optimize and all(part.optimize for part in started[1:]), "only the engine is not optimised"
     assert not any(_defines(text, engine_name) for part in started[1:] for text in part.texts)
     for a, b in zip(single, split):
         np.testing.assert_array_equal(a, b)
@@ -104,6 +105,17 @@ def test__part_compiler__a_broken_part_raises_from_its_result_and_the_others_com
         compiled = working.result()
     defined = [f.name for f in ll.parse_bitcode(compiled.bitcode).functions if not f.is_declaration]
     assert defined == ["seven_times"] and len(compiled.code) > 0
+
+
+def test__part_compiler__an_unoptimised_part_keeps_its_arithmetic_an_optimised_one_folds_it() -> None:
+    empty = ll.parse_assembly("").as_bitcode()
+    body = "  %a = mul i64 %x, 3\n  %b = mul i64 %x, 5\n  %c = add i64 %a, %b\n  ret i64 %c"
+    text = _module_text("times_eight", body)
+    with machine.PartCompiler(1, assembly=True) as compiler:
+        plain, optimised = (compiler.submit(machine.Part(empty, [text], optimize=flag)).result()
+                            for flag in (False, True))
+    assert plain.assembly.count("imul") == 2, plain.assembly  # x*3 + x*5 as written
+    assert "imul" not in optimised.assembly, optimised.assembly  # folded into x*8: a shift or an lea
 
 
 def test__cache_fingerprint__covers_how_program_libraries_are_built() -> None:
