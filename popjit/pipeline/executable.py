@@ -58,13 +58,6 @@ class HostFeeds(Protocol):
         ...
 
 
-def _read_only(array: np.ndarray) -> np.ndarray:
-    """A read-only view of ``array``."""
-    view = array.view()
-    view.flags.writeable = False
-    return view
-
-
 _ENGINE_LOCK = threading.Lock()
 
 
@@ -91,7 +84,7 @@ class Executable:
     _const_views: list[np.ndarray] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._const_views = [_read_only(device_view(b.value, b)) for b in self.program.consts]  # type: ignore[arg-type]
+        self._const_views = [device_view(b.value, b) for b in self.program.consts]  # type: ignore[arg-type]
 
     @functools.cached_property
     def program_has_collectives(self) -> bool:
@@ -175,16 +168,13 @@ class Executable:
 
     def _buffers(self, args: Any, variables: dict[int, np.ndarray], outs: list[np.ndarray],
                  fed: dict[int, np.ndarray], drained: dict[int, np.ndarray]) -> list[np.ndarray]:
-        """The engine's buffers, in its order: arguments, variables, constants, results, streams, temporaries.
-        What the engine only reads (arguments, constants, infeeds) it is given read-only, whatever the
-        caller's arrays are: its machine code depends on the buffers' writability, and a read-only argument
-        (or a dataset's read-only batch) would otherwise compile it a second time."""
+        """The engine's buffers, in its order: arguments, variables, constants, results, streams, temporaries."""
         p = self.program
-        buffers = [_read_only(device_view(np.asarray(args[b.binding], dtype=b.dtype.np), b)) for b in p.args]
+        buffers = [device_view(np.asarray(args[b.binding], dtype=b.dtype.np), b) for b in p.args]
         buffers += [device_view(variables[b.binding], b, in_place=True) for b in p.variables]
         buffers += self._const_views
         buffers += [device_view(o, b) for o, b in zip(outs, p.outs)]
-        buffers += [_read_only(device_view(fed[b.uid], b)) for b in p.stream_in]
+        buffers += [device_view(fed[b.uid], b) for b in p.stream_in]
         buffers += [device_view(drained[b.uid], b) for b in p.stream_out]
         unmaterialised = self.engine_source.unmaterialised  # why: never written, so never allocated
         buffers += [np.empty(0 if b.uid in unmaterialised else b.size, storage_dtype(b.dtype)) for b in p.temps]
