@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import re
 import threading
 
@@ -114,8 +115,13 @@ def test__part_compiler__an_unoptimised_part_keeps_its_arithmetic_an_optimised_o
     with machine.PartCompiler(1, assembly=True) as compiler:
         plain, optimised = (compiler.submit(machine.Part(empty, [text], optimize=flag)).result()
                             for flag in (False, True))
-    assert plain.assembly.count("imul") == 2, plain.assembly  # x*3 + x*5 as written
-    assert "imul" not in optimised.assembly, optimised.assembly  # folded into x*8: a shift or an lea
+    def multiplies(code: machine.ObjectCode) -> int:
+        return str(ll.parse_bitcode(code.bitcode)).count(" = mul ")
+
+    assert multiplies(plain) == 2 and multiplies(optimised) <= 1, "x*3 + x*5 as written; folded into x*8"
+    if platform.machine() in ("x86_64", "AMD64"):  # the machine code too: two multiplies, or a shift or an lea
+        assert plain.assembly.count("imul") == 2, plain.assembly
+        assert "imul" not in optimised.assembly, optimised.assembly
 
 
 def test__cache_fingerprint__covers_how_program_libraries_are_built() -> None:
