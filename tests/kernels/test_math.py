@@ -44,7 +44,8 @@ CASES: dict[str, tuple[Callable[[np.ndarray], np.ndarray], list[tuple[float, flo
     "expm1": (np.expm1, [(-20.0, 89.0), (-1.0, 1.0)], 2.0),
     "log": (np.log, [(0.0, 4.0), (0.5, 2.0), (0.0, 1e-37)], 1.5),
     "log1p": (np.log1p, [(-1.0, 4.0), (-0.5, 0.5), (100.0, 1e6)], 2.0),
-    "tanh": (np.tanh, [(-10.0, 10.0), (-1.0, 1.0)], 2.0),
+    # tanh is one rational function, as XLA's (4.9 ulps over every float32; popjit's 5.07 there)
+    "tanh": (np.tanh, [(-10.0, 10.0), (-1.0, 1.0), (5.5, 9.6)], 5.1),
     "sigmoid": (sp.expit, [(-110.0, 20.0), (-5.0, 5.0)], 3.0),
     "erf": (sp.erf, [(-4.5, 4.5), (-2.0, 2.0)], 2.5),
     "sin": (np.sin, [(-10.0, 10.0), (-1e4, 1e4), (1e6, 2e9)], 2.0),
@@ -58,7 +59,8 @@ CASES: dict[str, tuple[Callable[[np.ndarray], np.ndarray], list[tuple[float, flo
 # so its error is bounded by ulps of the result plus ulps of x/2 (the size of the terms summed).
 GELU: dict[str, tuple[Callable[[np.ndarray], np.ndarray], float]] = {
     "gelu_erf": (lambda x: 0.5 * x * sp.erfc(-x / np.sqrt(2.0)), 2.0),
-    "gelu_tanh": (_gelu_tanh_ref, 2.0),
+    # through the rational tanh: 4.50 over every float32 in ±[1e-3, 20]; XLA's gelu(approximate=True) 4.72
+    "gelu_tanh": (_gelu_tanh_ref, 4.5),
 }
 SIN_RANGE = 2.0**32  # sin/cos: within the bound for |x| below this (with or without FMA contraction)
 
@@ -336,6 +338,17 @@ def test_coefficients_regenerate() -> None:
         if form.name in ("SIN", "COS", "EXPM1"):
             coef, _ = _fit.fit(form)
             assert np.array_equal(coef, np.array(getattr(km, "_" + form.name), np.float32)), form.name
+
+
+@pytest.mark.slow
+def test_rational_tanh_regenerates() -> None:
+    """The rational fit (Loeb's iteration, 72 linear programs) reproduces tanh's P and Q, and their
+    quotient is within 0.2 float32 ulps of tanh in float64 (the rest of its 5 ulps is float32 rounding)."""
+    (form,) = _fit.RATIONAL_FORMS
+    p, q, err = _fit.fit_rational(form)
+    assert np.array_equal(p, np.array(km._TANH_P, np.float32))
+    assert np.array_equal(q, np.array(km._TANH_Q, np.float32))
+    assert err < 0.2 * 2.0**-24
 
 
 # ---- throughput (printed, never asserted) ----------------------------------------------------
