@@ -158,11 +158,11 @@ class Engine:
 
     def link(self, buffers: Sequence[np.ndarray], program: str | None = None,
              store: LibraryStore | None = None) -> tuple[Any, Any, Any]:
-        """The engine's machine code for this kind of buffers (their dtypes and writability), compiled or
-        loaded on first use: the function, ``K``, and what owns ``K``'s machine code. ``program``: the
-        name its compile phases are logged under (the engine's own by default); ``store``: where the
-        program keeps its machine code, if not in the program library cache."""
-        key = tuple((b.dtype.num, b.flags.writeable) for b in buffers)
+        """The engine's machine code for this kind of buffers (their dtypes; not their writability, see
+        :func:`_buffer_type`), compiled or loaded on first use: the function, ``K``, and what owns ``K``'s
+        machine code. ``program``: the name its compile phases are logged under (the engine's own by
+        default); ``store``: where the program keeps its machine code, if not in the program library cache."""
+        key = tuple(b.dtype.num for b in buffers)
         linked = self._linked.get(key)
         if linked is None:
             linked = self._linked[key] = self._link(buffers, program or self.src.name, store)
@@ -222,5 +222,14 @@ def _all_callee_functions(src: EngineSource) -> list[Any]:
 
 def _argument_type(kind: str, buffers: Sequence[np.ndarray]) -> Any:
     if kind.startswith("B"):
-        return numba.typeof(buffers[int(kind[1:])])
+        return _buffer_type(buffers[int(kind[1:])])
     return {"int": numba.types.int64, "float": numba.types.float64, "bool": numba.types.boolean}[kind]
+
+
+def _buffer_type(buffer: np.ndarray) -> Any:
+    """Numba's type of an engine buffer, writeable whatever the array's flag says. why: the engine takes
+    the buffers' data pointers, and its callees write only the buffers that are theirs to write (results,
+    variables, streams out, temporaries), so one build serves read-only arguments and infeeds (a
+    dataset's batches) as well as writeable ones; typed read-only, they compiled the program again."""
+    t = numba.typeof(buffer)
+    return t.copy(readonly=False) if isinstance(t, numba.types.Array) and not t.mutable else t
