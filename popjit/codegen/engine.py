@@ -115,7 +115,8 @@ class Invoke:
     ``0``); ``trap``: the compute set whose nonzero result stops the engine; ``rounds``: it advances
     the rounding call number ``R[2]``; ``split``: the callee runs a range ``[lo, hi)`` of a loop of
     that many iterations (two more arguments), and the engine splits the loop over threads in tasks
-    of at least that many iterations (:mod:`popjit.codegen.native`)."""
+    of at least that many iterations (:mod:`popjit.codegen.native`); ``chunks``: about how many chunks
+    per thread a split loop is cut into, when not the engine's usual number."""
 
     slot: int
     args: tuple[str, ...]
@@ -123,6 +124,7 @@ class Invoke:
     trap: int | None = None
     rounds: bool = False
     split: tuple[str, str] | None = None  # (trip count, iterations per task): run over ranges, on threads
+    chunks: int | None = None
 
 
 @dataclass
@@ -221,10 +223,11 @@ class _Emitter(StmtVisitor):
         return inner
 
     def invoke(self, fn: str, args: list[str], comment: str, traps: bool = False, rounds: bool = False,
-               split: tuple[int, int] | None = None) -> None:
+               split: tuple[int, int] | None = None, chunks: int | None = None) -> None:
         """Call ``fn(*args)`` through its slot in ``K``: with ``traps`` its result stops the engine, with
         ``rounds`` it advances the rounding call number, with ``split`` (trip count, iterations per
-        task) it runs on ranges of its outermost loop, on threads."""
+        task) it runs on ranges of its outermost loop, on threads, cut into about ``chunks`` chunks per
+        thread (when not the engine's usual number)."""
         kinds = tuple(map(argument_kind, args)) + (("int", "int") if split else ())
         slot = self.callees.setdefault(Callee(fn, kinds), len(self.callees))
         trap = None
@@ -232,7 +235,7 @@ class _Emitter(StmtVisitor):
             trap = len(self.compute_sets)
             self.compute_sets.append(comment)
         ranges = (self.int(split[0]), self.int(split[1])) if split else None
-        self.body.append(Invoke(slot, tuple(args), comment, trap, rounds, ranges))
+        self.body.append(Invoke(slot, tuple(args), comment, trap, rounds, ranges, chunks))
 
     def visit_kernel(self, s: Kernel) -> None:
         if id(s) in self.implicit.skipped:
@@ -259,22 +262,23 @@ class _Emitter(StmtVisitor):
                 self.float(s.alpha), self.float(s.beta)]
         half = s.out.dtype == dtypes.float16
         n = self.numerics
-        module, split = "popjit.kernels.matmul", None
+        module, split, chunks = "popjit.kernels.matmul", None, None
         if half and (n.sr or n.nanoo):
             fn = "matmul_f16_rounded"
             args += [str(n.nanoo), str(n.sr)] + (["R[0]", "R[1]", "R[2]"] if n.sr else ["0", "0", "0"])
         elif uses_own_gemm(storage_dtype(s.out.dtype), s.batch, s.m, s.n, s.k, s.ta, s.tb):
             fn, module, split = "gemm", "popjit.kernels.gemm", (panels(s.batch, s.m), grain(s.n, s.k))
         elif fn in ("matmul_f32", "matmul_f64") and (parts := _blas_split(s.batch, s.m, s.n, s.k)) is not None:
-            fn, module, split = "matmul_split", "popjit.kernels.blas_split", parts  # why: no spinning BLAS threads
+            # why split over popjit's threads: no spinning BLAS threads
+            fn, module, (split, chunks) = "matmul_split", "popjit.kernels.blas_split", parts
         self.library[fn] = module
         traps = bool(n.inv or n.oflo) and s.out.dtype.is_floating
         if not traps:
-            self.invoke(fn, args, s.name, rounds=half and n.sr, split=split)
+            self.invoke(fn, args, s.name, rounds=half and n.sr, split=split, chunks=chunks)
             return
         check = "product_traps_half" if half else "product_traps_float"
         self.library[check] = "popjit.kernels.rounding"
-        self.invoke(fn, args, s.name, split=split)
+        self.invoke(fn, args, s.name, split=split, chunks=chunks)
         self.invoke(check, [self.buf(s.out), self.buf(s.a), self.buf(s.b), str(n.inv), str(n.oflo)], s.name, True,
                     half and n.sr)
 
@@ -318,13 +322,14 @@ class _Emitter(StmtVisitor):
         self.body.append(Branch(self.buf(s.pred), self.nested(s.then), self.nested(s.orelse)))
 
 
-def _blas_split(batch: int, m: int, n: int, k: int) -> tuple[int, int] | None:
-    """``kernels.blas_split.blas_split``, imported when first needed."""
+def _blas_split(batch: int, m: int, n: int, k: int) -> tuple[tuple[int, int], int | None] | None:
+    """``kernels.blas_split.blas_split`` and ``chunks_per_thread``, imported when first needed."""
     # why: the module defines Numba codelets, which touch the cache directory (and so read
     # TF_POPLAR_FLAGS) when imported: at the top, importing popjit would do that
-    from popjit.kernels.blas_split import blas_split
+    from popjit.kernels.blas_split import blas_split, chunks_per_thread
 
-    return blas_split(batch, m, n, k)
+    split = blas_split(batch, m, n, k)
+    return None if split is None else (split, chunks_per_thread(batch, m, n, k))
 
 
 def _runs_anywhere(node: Any) -> bool:
@@ -353,10 +358,11 @@ class _PythonText:
         args = f"({', '.join(node.args)},)"
         call = f"call(K[{node.slot}], {args})" if node.split is None else \
             f"split(K[{node.slot}], {node.split[0]}, {node.split[1]}, {args})"
+        comment = node.comment if node.chunks is None else f"{node.comment}, {node.chunks} chunks per thread"
         if node.trap is None:
-            self.emit(depth, f"{call}  # {node.comment}")
+            self.emit(depth, f"{call}  # {comment}")
         else:
-            self.emit(depth, f"_t = {call}  # {node.comment}")
+            self.emit(depth, f"_t = {call}  # {comment}")
             self.emit(depth, f"if _t: return {TRAPPED} | _t | ({node.trap} << 8)")
         if node.rounds:
             self.emit(depth, "R[2] += 1")

@@ -245,8 +245,9 @@ class _Builder:
 
         why claim chunks: the pool hands each thread a fixed share, so on a machine shared with other
         processes the thread whose core is busy finished last and the rest waited (the chain
-        benchmark's spread was 2x); with :data:`CHUNKS_PER_THREAD` chunks per thread the free ones take
-        over its work. Which thread runs a chunk never changes what the chunk computes."""
+        benchmark's spread was 2x); with :data:`CHUNKS_PER_THREAD` chunks per thread (or the call's
+        ``chunks``) the free ones take over its work. Which thread runs a chunk never changes what the
+        chunk computes."""
         b = self.builder
         assert node.split is not None
         count, grain = (self.argument(expr, numba.types.int64) for expr in node.split)
@@ -259,7 +260,8 @@ class _Builder:
                 fn = self.callee(node.slot, [*(a.type for a in args), _I64, _I64])
                 b.store(b.call(fn, [*args, _I64(0), count]), self.field(frame, _RESULT))
             with threaded:
-                share = _ceil_div(b, count, b.mul(tasks, _I64(CHUNKS_PER_THREAD)))
+                chunks = CHUNKS_PER_THREAD if node.chunks is None else node.chunks
+                share = _ceil_div(b, count, b.mul(tasks, _I64(chunks)))
                 header = _header(self.element(self.callees, node.slot, _I64), count, _smax(b, share, grain))
                 for index, value in enumerate(header):
                     b.store(value, self.field(frame, index))

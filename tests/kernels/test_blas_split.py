@@ -20,13 +20,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import popjit.tensorflow as tf
+from popjit.codegen.engine import Invoke
 from popjit.kernels import blas
 from popjit.kernels.blas_split import (
     BLOCK,
+    FEW_CHUNKS_MACS,
+    FEW_CHUNKS_PER_THREAD,
     SPLIT_MIN_DEPTH,
     SPLIT_MIN_ROWS,
     SPLIT_SPINNING_MACS,
     blas_split,
+    chunks_per_thread,
     splits_by_rows,
 )
 
@@ -147,6 +151,23 @@ def test__a_compiled_product_past_the_split_range__runs_on_openblas_threads_only
     callees = [c.name for c in matmul.get_concrete_function(a, a).executable("/device:CPU:0").engine_source.callees]
     assert ("matmul_split" in callees) == blas.POOL_SPINS and ("matmul_f32" in callees) != blas.POOL_SPINS
     np.testing.assert_array_equal(matmul(a, a).numpy()[:2, :2], np.full((2, 2), side, np.float32))
+
+
+def test__a_large_split_product__is_cut_into_fewer_chunks_per_thread() -> None:
+    """Each chunk of a split product is a BLAS call that packs its own copy of the operand it does not
+    cut: from FEW_CHUNKS_MACS on, a product is cut into FEW_CHUNKS_PER_THREAD chunks per thread, below
+    into the engine's usual number (None)."""
+    assert chunks_per_thread(1, 256, 256, 512) == FEW_CHUNKS_PER_THREAD == 2 and FEW_CHUNKS_MACS == 256 * 256 * 512
+    assert chunks_per_thread(1, 256, 256, 511) is None and chunks_per_thread(2, 128, 256, 512) == 2
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-1, 1, (400, 300)).astype(np.float32)
+    b = rng.uniform(-1, 1, (300, 400)).astype(np.float32)
+    matmul = tf.function(tf.matmul, jit_compile=True)
+    src = matmul.get_concrete_function(a, b).executable("/device:CPU:0").engine_source
+    splits = [n for n in src.body if isinstance(n, Invoke) and src.callees[n.slot].name == "matmul_split"]
+    if blas.POOL_SPINS:  # why: beside a sleeping pool this product runs on OpenBLAS's threads, unsplit
+        assert [n.chunks for n in splits] == [2] and "2 chunks per thread" in src.source
+    np.testing.assert_allclose(matmul(a, b).numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
 
 
 STEP_PRODUCT = textwrap.dedent("""
