@@ -35,17 +35,12 @@ BLOCK = 16
 #: A split product of at least :data:`FEW_CHUNKS_MACS` multiply-adds is cut into about this many chunks
 #: per thread, not the engine's usual 4 (:data:`popjit.codegen.native.CHUNKS_PER_THREAD`). why: each chunk
 #: is a BLAS call that packs its own copy of the operand it does not cut (all of B when cut by rows), so
-#: fewer, larger calls pack less. On a 2-core Zen 3, 3 alternating runs: 256x784x256 took 0.89-1.08 ms
-#: (best of 300 calls) against 1.17-1.30 ms with 4. Smaller products keep 4: the MLP W1's (6.4M) ran
-#: 1546-2315 steps/s against 1972-2675 with 2, where a late-waking thread leaves more to the other.
+#: fewer, larger calls pack less. On a 2-core Zen 3, 4 alternating runs: 256x784x256 took 1.05-1.12 ms
+#: (best of 300 calls) against 1.10-1.29 ms with 4. Smaller products keep 4: with 2 for every product the
+#: MLP W1 (6.4M each) ran 1546-2315 steps/s against 1972-2675, a late-waking thread leaving more to the other.
 FEW_CHUNKS_PER_THREAD = 2
 FEW_CHUNKS_MACS = 1 << 25
 
-
-def chunks_per_thread(batch: int, m: int, n: int, k: int) -> int | None:
-    """How many chunks per thread a split product is cut into: :data:`FEW_CHUNKS_PER_THREAD` for a large
-    one, None (the engine's usual number) for the rest."""
-    return FEW_CHUNKS_PER_THREAD if batch * m * n * k >= FEW_CHUNKS_MACS else None
 #: Only products of at least this many rows are split. why: on a quiet host OpenBLAS's threads run a
 #: short product faster than separate calls on its slices (the MLP W1's 32-row products: 100 steps in
 #: 40-42 ms with them, 67 ms split), while a tall one (a convolution's rows of output positions) splits
@@ -66,6 +61,12 @@ SPLIT_SPINNING_MACS = 1 << 20
 def splits_by_rows(m: int, n: int) -> bool:
     """Whether a split product is cut along its rows (else its columns)."""
     return m >= n
+
+
+def chunks_per_thread(batch: int, m: int, n: int, k: int) -> int | None:
+    """How many chunks per thread a split product is cut into: :data:`FEW_CHUNKS_PER_THREAD` for a large
+    one, None (the engine's usual number) for the rest."""
+    return FEW_CHUNKS_PER_THREAD if batch * m * n * k >= FEW_CHUNKS_MACS else None
 
 
 def blas_split(batch: int, m: int, n: int, k: int, spins: bool = POOL_SPINS) -> tuple[int, int] | None:
