@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -16,7 +18,7 @@ import pytest
 import popjit.tensorflow as tf
 from popjit import config
 from popjit.frontend import autograph, nest
-from popjit.frontend.autograph import LoopVariableError, UnsupportedControlFlowError
+from popjit.frontend.autograph import LoopVariableError, UnsupportedControlFlowError, calls
 from popjit.graph.interpret import interpret as run_graph
 from tests.helpers import assert_close
 
@@ -626,3 +628,36 @@ def test__name_left_unassigned_by_python_branch__unbound_local_error_names_it():
     with pytest.raises(UnboundLocalError) as e:
         _graph(f, _f32(2), False)
     assert "'y'" in str(e.value) and f"line {_line_of(f, 'return y')}" in str(e.value)
+
+
+def test__threads_converting_one_function_at_once__convert_it_once(monkeypatch) -> None:
+    """Conversion holds a lock (CPython 3.11's AST compiler is not thread-safe): eight threads that
+    first call one function together get one converted code object, made once."""
+    def branchy(x):
+        if x > 0:
+            return x
+        return -x
+
+    made: list[int] = []
+    transform = calls._transform
+
+    def slow_transform(fn):  # why: holds each conversion long enough for the other threads to arrive
+        made.append(1)
+        time.sleep(0.05)
+        return transform(fn)
+
+    monkeypatch.setattr(calls, "_transform", slow_transform)
+    start = threading.Barrier(8)
+    entries: list[object] = [None] * 8
+
+    def convert(k: int) -> None:
+        start.wait()
+        entries[k] = calls._converted_code(branchy)
+
+    threads = [threading.Thread(target=convert, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == 1, "one conversion"
+    assert not isinstance(entries[0], str) and all(e is entries[0] for e in entries)

@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import sysconfig
+import threading
 import types
 import weakref
 from collections.abc import Callable, Sequence
@@ -76,6 +77,10 @@ def converted_call(f: Any, args: tuple, kwargs: dict) -> Any:
 
 
 _CODE_CACHE: dict[types.CodeType, _Converted | str] = {}
+#: Held while a function's code is converted. why: CPython 3.11's AST compiler is not thread-safe (two
+#: threads converting at once raised "SystemError: AST constructor recursion depth mismatch", and the
+#: thread that lost ran its function unconverted, a second program), and one conversion per code suffices.
+_CONVERT_LOCK = threading.Lock()
 _FUNCTION_CACHE: weakref.WeakKeyDictionary[Callable, Callable | None] = weakref.WeakKeyDictionary()
 # why: `ag__` in converted code is the package, whose namespace re-exports the runtime (it is in
 # sys.modules, perhaps still initialising, whenever this submodule is imported)
@@ -160,15 +165,19 @@ def _converted_code(fn: types.FunctionType) -> _Converted | str:
     """The converted code object for ``fn``'s code (cached), or why there is none."""
     code = fn.__code__
     entry = _CODE_CACHE.get(code)
-    if entry is None:
-        try:
-            entry = _transform(fn)
-        except _NotConvertible as e:
-            entry = str(e)
-        except Exception as e:  # why: a converter bug must not stop the program; it runs as written
-            log.warning("autograph could not convert %s (it runs as written): %r", fn.__qualname__, e)
-            entry = f"internal error: {e!r}"
-        _CODE_CACHE[code] = entry
+    if entry is not None:
+        return entry
+    with _CONVERT_LOCK:
+        entry = _CODE_CACHE.get(code)  # why: another thread may have converted it while this one waited
+        if entry is None:
+            try:
+                entry = _transform(fn)
+            except _NotConvertible as e:
+                entry = str(e)
+            except Exception as e:  # why: a converter bug must not stop the program; it runs as written
+                log.warning("autograph could not convert %s (it runs as written): %r", fn.__qualname__, e)
+                entry = f"internal error: {e!r}"
+            _CODE_CACHE[code] = entry
     return entry
 
 # ============================================================================================
