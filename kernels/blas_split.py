@@ -16,7 +16,9 @@ are never used (the two pools would fight over the cores) and every product of
 Instead the engine splits the product like any parallel codelet (:mod:`popjit.codegen.native`):
 ``C`` is cut into blocks of :data:`BLOCK` rows (when it has at least as many rows as columns) or
 columns, and each task runs a serial BLAS call on a range of blocks. Every multiply-add is still
-OpenBLAS's (each element of ``C`` is the same dot product over ``k`` as in one call).
+OpenBLAS's, but a call's sums round differently with its shape (its edge kernels take the last rows
+and columns), so the engine cuts a split product as planned when it compiles, whatever threads the
+pool has when it runs (``Invoke.planned``): a program gives the same bits on one thread as on all.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from popjit.codegen.render import Rendered, render_kernel
 from popjit.dtypes import DType
 from popjit.ir.loop import Buffer, Collective, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, StmtVisitor, While
 from popjit.kernels.gemm_choice import grain, panels, uses_own_gemm
+from popjit.kernels.threads import threads_to_use
 from popjit.loop.passes import scatters
 
 
@@ -116,7 +117,9 @@ class Invoke:
     the rounding call number ``R[2]``; ``split``: the callee runs a range ``[lo, hi)`` of a loop of
     that many iterations (two more arguments), and the engine splits the loop over threads in tasks
     of at least that many iterations (:mod:`popjit.codegen.native`); ``chunks``: about how many chunks
-    per thread a split loop is cut into, when not the engine's usual number."""
+    per thread a split loop is cut into, when not the engine's usual number; ``planned``: cut it as for
+    that many threads whatever the pool has at run time, and with one thread run the same ranges one
+    after another (for a callee whose results depend on its ranges, not only on its iterations)."""
 
     slot: int
     args: tuple[str, ...]
@@ -125,6 +128,7 @@ class Invoke:
     rounds: bool = False
     split: tuple[str, str] | None = None  # (trip count, iterations per task): run over ranges, on threads
     chunks: int | None = None
+    planned: int | None = None
 
 
 @dataclass
@@ -223,11 +227,12 @@ class _Emitter(StmtVisitor):
         return inner
 
     def invoke(self, fn: str, args: list[str], comment: str, traps: bool = False, rounds: bool = False,
-               split: tuple[int, int] | None = None, chunks: int | None = None) -> None:
+               split: tuple[int, int] | None = None, chunks: int | None = None,
+               planned: int | None = None) -> None:
         """Call ``fn(*args)`` through its slot in ``K``: with ``traps`` its result stops the engine, with
         ``rounds`` it advances the rounding call number, with ``split`` (trip count, iterations per
         task) it runs on ranges of its outermost loop, on threads, cut into about ``chunks`` chunks per
-        thread (when not the engine's usual number)."""
+        thread (when not the engine's usual number), as for ``planned`` threads when given."""
         kinds = tuple(map(argument_kind, args)) + (("int", "int") if split else ())
         slot = self.callees.setdefault(Callee(fn, kinds), len(self.callees))
         trap = None
@@ -235,7 +240,7 @@ class _Emitter(StmtVisitor):
             trap = len(self.compute_sets)
             self.compute_sets.append(comment)
         ranges = (self.int(split[0]), self.int(split[1])) if split else None
-        self.body.append(Invoke(slot, tuple(args), comment, trap, rounds, ranges, chunks))
+        self.body.append(Invoke(slot, tuple(args), comment, trap, rounds, ranges, chunks, planned))
 
     def visit_kernel(self, s: Kernel) -> None:
         if id(s) in self.implicit.skipped:
@@ -262,19 +267,21 @@ class _Emitter(StmtVisitor):
                 self.float(s.alpha), self.float(s.beta)]
         half = s.out.dtype == dtypes.float16
         n = self.numerics
-        module, split, chunks = "popjit.kernels.matmul", None, None
+        module, split, chunks, planned = "popjit.kernels.matmul", None, None, None
         if half and (n.sr or n.nanoo):
             fn = "matmul_f16_rounded"
             args += [str(n.nanoo), str(n.sr)] + (["R[0]", "R[1]", "R[2]"] if n.sr else ["0", "0", "0"])
         elif uses_own_gemm(storage_dtype(s.out.dtype), s.batch, s.m, s.n, s.k, s.ta, s.tb):
             fn, module, split = "gemm", "popjit.kernels.gemm", (panels(s.batch, s.m), grain(s.n, s.k))
         elif fn in ("matmul_f32", "matmul_f64") and (parts := _blas_split(s.batch, s.m, s.n, s.k)) is not None:
-            # why split over popjit's threads: no spinning BLAS threads
-            fn, module, (split, chunks) = "matmul_split", "popjit.kernels.blas_split", parts
+            # why split over popjit's threads: no spinning BLAS threads. why planned: a BLAS call's
+            # sums round differently with its shape (OpenBLAS's edge kernels), so the calls are the
+            # same whatever threads the pool has when it runs
+            fn, module, (split, chunks), planned = "matmul_split", "popjit.kernels.blas_split", parts, threads_to_use()
         self.library[fn] = module
         traps = bool(n.inv or n.oflo) and s.out.dtype.is_floating
         if not traps:
-            self.invoke(fn, args, s.name, rounds=half and n.sr, split=split, chunks=chunks)
+            self.invoke(fn, args, s.name, rounds=half and n.sr, split=split, chunks=chunks, planned=planned)
             return
         check = "product_traps_half" if half else "product_traps_float"
         self.library[check] = "popjit.kernels.rounding"
@@ -359,6 +366,8 @@ class _PythonText:
         call = f"call(K[{node.slot}], {args})" if node.split is None else \
             f"split(K[{node.slot}], {node.split[0]}, {node.split[1]}, {args})"
         comment = node.comment if node.chunks is None else f"{node.comment}, {node.chunks} chunks per thread"
+        if node.planned is not None:
+            comment += f", cut for {node.planned} threads"
         if node.trap is None:
             self.emit(depth, f"{call}  # {comment}")
         else:

@@ -247,28 +247,40 @@ class _Builder:
         processes the thread whose core is busy finished last and the rest waited (the chain
         benchmark's spread was 2x); with :data:`CHUNKS_PER_THREAD` chunks per thread (or the call's
         ``chunks``) the free ones take over its work. Which thread runs a chunk never changes what the
-        chunk computes."""
+        chunk computes. A call with ``planned`` threads is cut as for that many whatever the pool has
+        at run time, and run range by range when inline: its callee's results depend on its ranges."""
         b = self.builder
         assert node.split is not None
         count, grain = (self.argument(expr, numba.types.int64) for expr in node.split)
-        threads = b.sext(b.call(self.runtime("get_num_threads", ir.IntType(32), []), []), _I64)
-        tasks = _smin(b, _ceil_div(b, count, grain), threads)
+        most = _ceil_div(b, count, grain)
+        tasks = _smin(b, most, b.sext(b.call(self.runtime("get_num_threads", ir.IntType(32), []), []), _I64))
         frame_type = ir.LiteralStructType([_I64] * len(_FRAME_HEADER) + [a.type for a in args])
         frame = self.local(frame_type)
+        planned = tasks if node.planned is None else _smin(b, most, _I64(node.planned))
         with b.if_else(b.icmp_signed("<=", tasks, _I64(1))) as (inline, threaded):
             with inline:
-                fn = self.callee(node.slot, [*(a.type for a in args), _I64, _I64])
-                b.store(b.call(fn, [*args, _I64(0), count]), self.field(frame, _RESULT))
+                if node.planned is None:
+                    fn = self.callee(node.slot, [*(a.type for a in args), _I64, _I64])
+                    b.store(b.call(fn, [*args, _I64(0), count]), self.field(frame, _RESULT))
+                else:  # the planned ranges, one after another on this thread
+                    task = self.fill_frame(node, frame, frame_type, args, count, grain, planned)
+                    b.call(task, [*(ir.Constant(t, None) for t in task.function_type.args[:3]), b.bitcast(frame, _PTR)])
             with threaded:
-                chunks = CHUNKS_PER_THREAD if node.chunks is None else node.chunks
-                share = _ceil_div(b, count, b.mul(tasks, _I64(chunks)))
-                header = _header(self.element(self.callees, node.slot, _I64), count, _smax(b, share, grain))
-                for index, value in enumerate(header):
-                    b.store(value, self.field(frame, index))
-                for i, a in enumerate(args):
-                    b.store(a, self.field(frame, len(_FRAME_HEADER) + i))
-                self.parallel_for(self.task(node.slot, frame_type), tasks, tasks, frame)
+                task = self.fill_frame(node, frame, frame_type, args, count, grain, planned)
+                self.parallel_for(task, tasks, tasks, frame)
         return b.load(self.field(frame, _RESULT))
+
+    def fill_frame(self, node: Invoke, frame: ir.Value, frame_type: ir.LiteralStructType, args: list[ir.Value],
+                   count: ir.Value, grain: ir.Value, tasks: ir.Value) -> ir.Function:
+        """Store a split call's header (its loop cut into chunks of about ``count / (tasks * chunks)``
+        iterations, at least ``grain``) and arguments in ``frame``; the pool's task that claims them."""
+        b = self.builder
+        chunks = CHUNKS_PER_THREAD if node.chunks is None else node.chunks
+        share = _ceil_div(b, count, b.mul(tasks, _I64(chunks)))
+        header = _header(self.element(self.callees, node.slot, _I64), count, _smax(b, share, grain))
+        for index, value in enumerate([*header, *args]):
+            b.store(value, self.field(frame, index))
+        return self.task(node.slot, frame_type)
 
     def field(self, struct_pointer: ir.Value, index: int) -> ir.Value:
         return _field(self.builder, struct_pointer, index)
