@@ -124,6 +124,53 @@ def test__part_compiler__an_unoptimised_part_keeps_its_arithmetic_an_optimised_o
         assert "imul" not in optimised.assembly, optimised.assembly
 
 
+STRIDED_LOOP = """
+define void @strided(float* noalias %a, float* noalias %b, i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %loop ]
+  %i3 = mul i64 %i, 3
+  %i5 = mul i64 %i, 5
+  %pa = getelementptr float, float* %a, i64 %i3
+  %pb = getelementptr float, float* %b, i64 %i5
+  %x = load float, float* %pb
+  %y = load float, float* %pa
+  %z = fadd float %x, %y
+  store float %z, float* %pa
+  %next = add i64 %i, 1
+  %go = icmp slt i64 %next, %n
+  br i1 %go, label %loop, label %done
+done:
+  ret void
+}
+"""
+
+
+def strided_loop_assembly() -> str:
+    """The machine code of a loop over two strided arrays (a[3i] += b[5i]), emitted as parts are."""
+    context = ll.create_context()
+    module = machine._parse(STRIDED_LOOP, context)
+    try:
+        return machine._emit(machine._target_machine(3), module, as_object=False).decode()
+    finally:
+        module.close()
+        context.close()
+
+
+def test__parts_are_emitted_without_loop_strength_reduction_and_other_code_keeps_it() -> None:
+    """Loop strength reduction turns the loop's index multiplies into pointer increments; it is off while
+    a part is emitted (nested too: two parts at once), and on again for the process's other code after."""
+    before = strided_loop_assembly()
+    with machine._without_loop_strength_reduction():
+        with machine._without_loop_strength_reduction():
+            inner = strided_loop_assembly()
+        still_off = strided_loop_assembly()
+    after = strided_loop_assembly()
+    assert inner != before and still_off == inner, "the loop's code was the same with and without the option"
+    assert after == before, "loop strength reduction was left off for the process's other code"
+
+
 def test__cache_fingerprint__covers_how_program_libraries_are_built() -> None:
     from popjit.kernels.jit import fingerprint_sources
 
