@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import popjit.tensorflow as tf
-from popjit.codegen.engine import Invoke
+from popjit.codegen.engine import Invoke, render_engine
+from popjit.codegen.numerics import DEFAULT, Numerics
 from popjit.kernels import blas
 from popjit.kernels.blas_split import (
     BLOCK,
@@ -35,6 +36,7 @@ from popjit.kernels.blas_split import (
 )
 from popjit.kernels.jit import single_threaded
 from popjit.kernels.threads import threads_to_use
+from popjit.pipeline.compiler import lower_graph, optimize_graph
 
 pytestmark = pytest.mark.skipif(not blas.HAVE_CBLAS, reason="NumPy's OpenBLAS is not available")
 
@@ -189,6 +191,19 @@ def test__a_split_product__gives_the_same_bits_on_one_thread_as_on_the_pool() ->
     if blas.POOL_SPINS:  # why: beside a sleeping pool this product is one serial call
         assert f"cut for {threads_to_use()} threads" in source
     np.testing.assert_allclose(on_the_pool, a.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("numerics", [DEFAULT, Numerics(inv=True, oflo=True)], ids=["default", "traps"])
+def test__a_split_product__is_cut_for_the_compiling_machines_threads_with_or_without_traps(numerics) -> None:
+    """The planned cut holds whatever the floating-point behaviour: with traps on, the product is followed
+    by its check call, and it is cut the same way."""
+    a = np.ones((32, 784), np.float32)
+    w = np.ones((784, 256), np.float32)
+    graph = tf.function(tf.matmul).get_concrete_function(a, w).graph
+    src = render_engine(lower_graph(optimize_graph(graph.copy())), numerics)
+    splits = [n for n in src.body if isinstance(n, Invoke) and src.callees[n.slot].name == "matmul_split"]
+    assert len(splits) == (1 if blas.POOL_SPINS else 0)
+    assert all(n.planned == threads_to_use() for n in splits)
 
 
 STEP_PRODUCT = textwrap.dedent("""
