@@ -263,8 +263,7 @@ class _Builder:
                     fn = self.callee(node.slot, [*(a.type for a in args), _I64, _I64])
                     b.store(b.call(fn, [*args, _I64(0), count]), self.field(frame, _RESULT))
                 else:  # the planned ranges, one after another on this thread
-                    task = self.fill_frame(node, frame, frame_type, args, count, grain, planned)
-                    b.call(task, [*(ir.Constant(t, None) for t in task.function_type.args[:3]), b.bitcast(frame, _PTR)])
+                    self.run_task_here(self.fill_frame(node, frame, frame_type, args, count, grain, planned), frame)
             with threaded:
                 task = self.fill_frame(node, frame, frame_type, args, count, grain, planned)
                 self.parallel_for(task, tasks, tasks, frame)
@@ -311,6 +310,12 @@ class _Builder:
         launch = self.runtime("numba_parallel_for", ir.VoidType(), [_PTR] * 5 + [_I64, _I64, ir.IntType(32)])
         pointers = [b.bitcast(p, _PTR) for p in (task, start, dims, steps, frame)]
         b.call(launch, [*pointers, _I64(0), _I64(1), b.trunc(tasks, ir.IntType(32))])
+
+    def run_task_here(self, task: ir.Function, frame: ir.Value) -> None:
+        """Call a pool's ``task`` on the calling thread: it claims every chunk of ``frame``'s loop in turn
+        (the pool's arguments it ignores are null)."""
+        unused = [ir.Constant(t, None) for t in task.function_type.args[:3]]
+        self.builder.call(task, [*unused, self.builder.bitcast(frame, _PTR)])
 
     def task(self, slot: int, frame_type: ir.LiteralStructType) -> ir.Function:
         """The pool's task for ``K[slot]``: claims chunks of the frame's loop (:meth:`claiming_task`) and
@@ -397,8 +402,7 @@ class _Builder:
         tasks = _smin(b, _ceil_div(b, rows, chunk), threads)
         with b.if_else(b.icmp_signed("<=", tasks, _I64(1))) as (inline, threaded):
             with inline:
-                unused = [ir.Constant(t, None) for t in task.function_type.args[:3]]
-                b.call(task, [*unused, b.bitcast(frame, _PTR)])
+                self.run_task_here(task, frame)
             with threaded:
                 self.parallel_for(task, tasks, tasks, frame)
         self.poll_stop()
