@@ -79,22 +79,26 @@ def first_call(framework: str, workload: str, cache_dir: Path, sizes: dict[str, 
 
 
 def program_files(cache_dir: Path) -> list[Path]:
-    """popjit's cached files of a program in ``cache_dir`` (its compiled executables, generated modules
-    and program libraries), leaving what is made once per machine: the kernel library's machine
-    code and the measured matmul choices."""
+    """popjit's cached files of a program in ``cache_dir`` (its compiled executables, generated modules,
+    program libraries and the units of its codelets), leaving what is made once per machine: the
+    kernel library's machine code and the measured matmul choices."""
     root = cache_dir / "popjit"
-    return [*root.glob("gen-*/popjit_gen"), *root.glob("gen-*/programs"), *root.glob("gen-*/executables")]
+    return [*root.glob("gen-*/popjit_gen"), *root.glob("gen-*/programs"), *root.glob("gen-*/executables"),
+            *root.glob("gen-*/units")]
 
 
 #: The first-call states measured: ``fresh`` (an empty cache: a new machine), ``cold`` (for popjit the
-#: kernel library cached, the program not: a new program; for the others the same as fresh) and
-#: ``warm`` (everything cached: the same program again).
-STATES = ("fresh", "cold", "warm")
+#: kernel library cached, the program not: a new program; for the others the same as fresh), ``warm``
+#: (everything cached: the same program again) and, for popjit and a workload with a batch size,
+#: ``resized`` (the workload at twice its batch after the others: a new program, whose codelets the
+#: first one compiled; XLA's persistent cache keys a program by its shapes, so this is its cold run).
+STATES = ("fresh", "cold", "warm", "resized")
 
 
 def first_calls(framework: str, workload: str, sizes: dict[str, int] | None = None,
-                timeout: float = 600.0) -> dict[str, dict[str, Any]]:
-    """First-call results in each of :data:`STATES`, in fresh processes sharing one cache directory."""
+                timeout: float = 600.0, resize: bool = True) -> dict[str, dict[str, Any]]:
+    """First-call results in each of :data:`STATES` that applies (``resized`` only with ``resize``), in
+    fresh processes sharing one cache directory."""
     with tempfile.TemporaryDirectory(prefix=f"popjit-bench-{framework}-") as d:
         fresh = first_call(framework, workload, Path(d), sizes, timeout)
         cold = fresh
@@ -103,7 +107,19 @@ def first_calls(framework: str, workload: str, sizes: dict[str, int] | None = No
                 shutil.rmtree(path)
             cold = first_call(framework, workload, Path(d), sizes, timeout)
         warm = first_call(framework, workload, Path(d), sizes, timeout)
-    return {"fresh": fresh, "cold": cold, "warm": warm}
+        results = {"fresh": fresh, "cold": cold, "warm": warm}
+        resized = resized_sizes(workload, sizes or {}) if resize and framework == "popjit" else None
+        if resized is not None:
+            results["resized"] = first_call(framework, workload, Path(d), resized, timeout)
+    return results
+
+
+def resized_sizes(workload: str, sizes: dict[str, int]) -> dict[str, int] | None:
+    """``sizes`` of ``workload`` with its batch doubled (None for a workload without a batch size)."""
+    from benchmarks import workloads
+
+    full = workloads.problem(workload, **sizes).sizes
+    return {**full, "batch": 2 * full["batch"]} if "batch" in full else None
 
 
 def peak_rss_mib() -> float:

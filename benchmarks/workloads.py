@@ -370,7 +370,7 @@ def train_problem(batch: int = 32, h1: int = 256, h2: int = 128, steps: int = TR
     xs, ys = train_data(steps, batch)
     label = problem_label("train", batch=batch, h1=h1, h2=h2, steps=steps)
     p = Problem("train", label, (xs, ys, *train_init(h1, h2)), steps, np.zeros(2), float(steps), "steps/s",
-                rtol=1e-3, atol=1e-6, scale=1.0)
+                rtol=1e-3, atol=1e-6, scale=1.0, sizes={"batch": batch, "h1": h1, "h2": h2, "steps": steps})
     p.expected = loss_summary(train_reference(p)[1])
     return p
 

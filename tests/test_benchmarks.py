@@ -237,9 +237,17 @@ def test_first_call_child_process(tmp_path) -> None:
     program = firstcall.program_files(tmp_path)
     assert any(list(p.rglob("k_*.py")) for p in program) and any(list(p.rglob("*.lib")) for p in program)
     assert any(list(p.rglob("*.exe")) for p in program), "the compiled executable goes too: 'cold' compiles"
+    assert any(list(p.rglob("*.unit")) for p in program), "and the machine code of its codelets"
     kernels = [p for p in (tmp_path / "popjit").rglob("*.nbi") if not any(d in p.parents for d in program)]
     assert kernels, "the kernel library's machine code is kept for the 'cold' run"
     assert all("popjit_gen" not in str(p) for p in kernels)
+
+
+def test_resized_sizes_double_the_batch_of_the_workloads_that_have_one() -> None:
+    resized = firstcall.resized_sizes("keras", {"model": 1, "batch": 8, "steps": 4})
+    assert resized == {"model": 1, "batch": 16, "steps": 4}
+    assert firstcall.resized_sizes("train", {"batch": 4, "steps": 2})["batch"] == 8
+    assert firstcall.resized_sizes("chain", {"n": 256, "iters": 2}) is None
 
 
 KERAS_SMALL = {"batch": 8, "steps": 4}

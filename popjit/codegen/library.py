@@ -1,26 +1,34 @@
-"""A program's machine code: its engine and every function the engine calls, compiled into one library and
+"""A program's machine code: its engine and every function the engine calls, loaded as one library and
 cached as one file.
 
 The engine (:mod:`popjit.codegen.native`) calls its callees (generated codelets, library kernels such
-as ``matmul_f32``) through their C entry points. They are compiled together, in a few parts
-(:func:`balanced_parts`, two per thread) that :mod:`popjit.codegen.machine` optimises and turns into
-object code in parallel: each codelet is written as LLVM IR (or typed and lowered by Numba,
-``no_compile``) into its part, and each part is optimised and compiled once, instead of once per
-function, on a thread while the next part is written. With more than one thread the engine's LLVM
-module is a part of its own, compiled first (it is the largest: 0.5 s of LLVM's time for the Keras
-CNN), while Numba's registries load and the codelets are written; with one it joins the only part. The
-parts' object code, the symbol names of the engine and the entry points, and the functions' Numba
-environments (their constants) are saved as ``programs/<key>.lib`` in the cache generation directory
+as ``matmul_f32``) through their C entry points. Each codelet written as LLVM IR and each library
+kernel is a *unit*: compiled into an object of its own and kept per machine, by a key hashing the
+codelet's source (or the kernel's name), the types it is called with, the host CPU and Numba's
+optimisation settings. A codelet's source depends on the program's structure, dtypes and ranks, not on
+its sizes (they are its arguments), so a program of new sizes, a Keras model's evaluation beside its
+training, or a test's next example compiles only its engine and the codelets it does not share: the
+Keras CNN at batch 64 after batch 32 has 2 new codelets of 41. Units are loaded into Numba's JIT once
+per process (:class:`_Units`) and saved as ``units/<key>.unit`` in the cache generation directory.
+
+The units still to build are compiled in parallel (:mod:`popjit.codegen.machine` optimises them and
+emits their object code on threads), the largest first, while the next one is written. Compiled one
+module each, the Keras CNN's 39 codelets took as much of LLVM's time as in the four modules they were
+compiled in before (1.9-2.2 s of CPU against 1.9-2.1 s, six runs each). The engine's LLVM module is a
+part of its own, compiled first while Numba's registries load and the codelets are written. A codelet
+the IR writer does not handle is typed and lowered by Numba (``no_compile``) into a part that is the
+program's own. The program's own parts, its units, the symbol names of the engine and the entry
+points, and the functions' Numba environments (their constants) are saved as ``programs/<key>.lib``
 (or, under ``--executable_cache_path``, in the program's own ``.poplar_exec`` file, a
 :class:`LibraryStore`), ``<key>`` hashing the engine, the callees (their names hash their source), the
 types they are called with and the host CPU. A later process loads that one file: no typing, no
 lowering, and not even Numba's typing registries (0.3 s in a fresh process,
-:func:`load_numba_registries`) are needed, so a cached program starts in milliseconds.
+:func:`load_numba_registries`) are needed, so a cached program starts in milliseconds. Neither are
+they when every callee of a new program is a unit this machine has compiled before.
 
-Scalar kernels a codelet calls (``km.exp``…) and the library kernels the engine calls (``matmul_f32``…)
-are Numba functions cached once per machine; their code is linked into each program library that uses
-them (the scalar ones inlined, so loops vectorise). A damaged entry is warned about once, deleted and
-built again, as every cache file is.
+Scalar kernels a codelet calls (``km.exp``…) are Numba functions cached once per machine whose code is
+linked (inlined, so loops vectorise) into each codelet that uses them. A damaged entry is warned about
+once, deleted and built again, as every cache file is.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +46,7 @@ from typing import Any, Protocol
 import numba
 from llvmlite import ir
 from numba.core import cgutils, compiler
+from numba.core import config as numba_config
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.environment import Environment, lookup_environment
 from numba.core.registry import cpu_target
@@ -58,7 +67,7 @@ _log = logging.getLogger("popjit")
 Progress = Callable[[int, int], None]
 
 #: Marks a program library file; a file without it is not one (damaged or foreign).
-MAGIC = "popjit-program-library-2"
+MAGIC = "popjit-program-library-3"
 
 
 class ProgramLibrary:
@@ -72,6 +81,7 @@ class ProgramLibrary:
         self.engine = engine
         self.addresses = addresses
         self.compiled = compiled  # functions compiled to build it (0: loaded from the cache)
+        self.reused = 0  # of its callees, those whose machine code was there already (units)
         self.through_numba = through_numba  # of those, generated codelets compiled by Numba's pipeline
         self.key = ""
         self.entry: tuple | None = None
@@ -173,118 +183,86 @@ def load_numba_registries() -> None:
 
 def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[str, tuple]],
            functions: list[Any], progress: Progress | None = None) -> tuple[ProgramLibrary, tuple]:
-    """Compile the engine and ``functions`` into a program library, part by part: each part is
-    compiled on a thread (:class:`~popjit.codegen.machine.PartCompiler`) while the next is written.
-    The engine is a part of its own, compiled first (while Numba's registries load and the codelets
-    are written) and without optimisation: it only sequences calls, and LLVM's passes and optimised
-    code emission took 0.9 s of CPU time for the Keras CNN's engine against 0.08 s without. It joins
-    its part as IR text, as the codelets do, parsed on the thread that compiles it."""
+    """Compile the engine and what of ``functions`` is not yet machine code into a program library.
+
+    Each generated codelet written as IR and each library kernel the engine calls is a *unit*, kept per
+    machine (:class:`_Units`) and shared by every program that calls it with the same argument types, so
+    a program of new sizes compiles only its engine and its new codelets. The units still to build are
+    shared out over a few parts (:func:`balanced_parts`, two per thread), each compiled into one object
+    on a thread (:class:`~popjit.codegen.machine.PartCompiler`) while the next is written: one module per
+    unit cost LLVM 8 ms more each (its pass and code-emission pipelines are set up per module), 0.6 s of
+    CPU time for the Keras CNN's 43. The callees Numba's pipeline compiles (with run-time constants of
+    their own) join a part that is the program's alone. The engine is a part of its own, compiled first
+    (while Numba's registries load and the codelets are written) and without optimisation: it only
+    sequences calls, and LLVM's passes and optimised code emission took 0.9 s of CPU time for the Keras
+    CNN's engine against 0.08 s without."""
     distinct = list({(id(fn), types): (name, fn, types) for (name, types), fn in zip(callees, functions)}.values())
     direct = _DirectCodelets() if config.get("DIRECT_CODELETS") else None
     sources = [_codelet_source(fn) if direct else None for _, fn, _ in distinct]
+    unit_keys = [_unit_key(fn, types, source) for (_, fn, types), source in zip(distinct, sources)]
+    symbols = {(id(fn), types): _UNITS.symbol(k) for (_, fn, types), k in zip(distinct, unit_keys)
+               if k is not None and _UNITS.ready(k)}
+    to_write = [i for i, (_, fn, types) in enumerate(distinct) if (id(fn), types) not in symbols]
     threads = threads_to_use()
-    groups = _groups([(*callee, source) for callee, source in zip(distinct, sources)],
-                     [len(source) if source else _OTHER_WEIGHT for source in sources],
+    groups = _groups(to_write, [len(sources[i]) if sources[i] else _OTHER_WEIGHT for i in to_write],
                      PARTS_PER_THREAD * threads if threads > 1 else 1)
     debug = config.get("DEBUG") >= 7
     linked = _LinkedModules()
-    writer = _PartWriter(len(distinct), direct, progress)
-    parts: list[_Part] = []
+    writer = _PartWriter(len(to_write), direct, progress)
+    written: list[tuple[_Part, tuple[str, ...]]] = []  # each part built, and the units in it (none: the program's)
     compiled: list[Future[ObjectCode]] = []
     with PartCompiler(threads, assembly=debug) as compiler:
 
-        def submit(part: _Part) -> None:
-            parts.append(part)
+        def submit(part: _Part, units: tuple[str, ...] = ()) -> None:
+            written.append((part, units))
             compiled.append(compiler.submit(linked.part(part)))
 
         engine_text = cgutils.normalize_ir_text(str(engine_module))  # why text: parsed on the compiling thread
         submit(_Part(_new_library("engine"), [engine_text], optimize=False))
-        load_numba_registries()
+        if to_write:
+            load_numba_registries()
+        own = _Part(_new_library("own"))
         for members in groups:
-            submit(writer.part(str(len(parts)), members))
+            part = _Part(_new_library(f"units.{len(written)}"))
+            units = tuple(unit_keys[i] for i in members if writer.unit(unit_keys[i], part, *distinct[i], sources[i]))
+            for i in members:
+                if (id(distinct[i][1]), distinct[i][2]) not in writer.symbols:
+                    writer.own(own, *distinct[i], sources[i])
+            if units:
+                submit(part, units)
+        if writer.owned:
+            submit(own)
         objects = [future.result() for future in compiled]
-    symbols, environments = writer.symbols, writer.environments
     if debug:
-        assembly = "\n".join(part.assembly or "" for part in objects)
+        assembly = "\n".join(code.assembly or "" for code in objects)
         print(f"=== popjit: machine code of program library {key} ===\n{assembly}", file=sys.stderr)
+    for (part, units), code in zip(written, objects):
+        if units:
+            _UNITS.keep(units, _serialized(part, code))
+    symbols.update(writer.symbols)
     names = [symbols[(id(fn), types)] for (_, types), fn in zip(callees, functions)]
-    serialized = [(part.library.name, "object", (code.code, code.bitcode)) for part, code in zip(parts, objects)]
-    entry = (serialized, engine, names, [(env.env_name, list(env.consts)) for env in environments])
-    return _loaded(serialized, engine, names, environments, len(symbols), len(environments)), entry
+    serialized = [_serialized(part, code) for (part, units), code in zip(written, objects) if not units]
+    unit_groups = _UNITS.groups_of(k for k in unit_keys if k is not None and _UNITS.symbol(k) in names)
+    environments = writer.environments
+    entry = (serialized, engine, names, [(env.env_name, list(env.consts)) for env in environments], unit_groups)
+    library = _loaded(serialized, engine, names, environments, len(writer.symbols), len(environments))
+    library.reused = len(distinct) - len(writer.symbols)
+    return library, entry
 
 
-def _new_library(name: str) -> Any:
-    """An empty code library for a part of a program library."""
-    return cpu_target.target_context.codegen().create_library(f"popjit_program.{name}")
-
-
-def _callee(part: _Part, direct: _DirectCodelets | None, name: str, fn: Any, types: tuple, source: str | None,
-            index: int) -> tuple[str, Environment | None]:
-    """Put callee ``fn`` for ``types`` into ``part``: its symbol, and its Numba environment when Numba's
-    pipeline compiled it (a codelet the IR writer does not handle)."""
-    symbol = direct.emit(part.library, part.texts, fn, types, source) if direct and source else None
-    if symbol is None and fn.py_func.__module__.startswith(KERNELS):
-        symbol = _link_kernel(part.library, fn, types, f"popjit.kernel.{index}")
-    if symbol is not None:
-        return symbol, None
-    typing, target = cpu_target.typing_context, cpu_target.target_context
-    compiled = compiler.compile_extra(typing, target, fn.py_func, types, None, _flags(fn), fn._compiler.locals,
-                                      library=part.library)
-    _check_returns_int64(name, compiled)
-    symbol = f"popjit.callee.{index}"
-    _add_pointer_entry(part.library, symbol, compiled.fndesc.llvm_cfunc_wrapper_name, types)
-    return symbol, compiled.environment
-
-
-Callee = tuple[str, Any, tuple, "str | None"]
-"""A callee to write: its name, function, argument types and generated source (None if not generated)."""
-
-
-def _groups(callees: Sequence[Callee], weights: Sequence[int], parts: int) -> list[list[Callee]]:
-    """``callees`` cut into at most ``parts`` groups of about equal weight (:func:`balanced_parts`);
-    none when there are no callees."""
+def _groups(items: Sequence[int], weights: Sequence[int], parts: int) -> list[list[int]]:
+    """``items`` cut into at most ``parts`` groups of about equal weight (:func:`balanced_parts`); none
+    when there are no items."""
     part_of = balanced_parts(weights, parts)
     count = max(part_of, default=-1) + 1
-    return [[callee for callee, p in zip(callees, part_of) if p == index] for index in range(count)]
-
-
-class _PartWriter:
-    """Writes parts of a program library and keeps what they hold: each callee's symbol (by function
-    and types) and the Numba environments of the callees Numba's pipeline compiled."""
-
-    def __init__(self, total: int, direct: _DirectCodelets | None, progress: Progress | None) -> None:
-        self.total, self.direct, self.progress = total, direct, progress
-        self.symbols: dict[tuple[int, tuple], str] = {}
-        self.environments: list[Any] = []
-
-    def part(self, part_name: str, members: Sequence[Callee]) -> _Part:
-        """A new part named ``part_name`` holding ``members``."""
-        part = _Part(_new_library(part_name))
-        for name, fn, types, source in members:
-            symbol, environment = _callee(part, self.direct, name, fn, types, source, len(self.symbols))
-            self.symbols[(id(fn), types)] = symbol
-            if environment is not None:
-                self.environments.append(environment)
-            if self.progress is not None:
-                self.progress(len(self.symbols), self.total)
-        return part
+    return [[item for item, p in zip(items, part_of) if p == index] for index in range(count)]
 
 
 #: The weight of a callee that is not a generated codelet written as LLVM IR (its source length is).
 _OTHER_WEIGHT = 2000
 PARTS_PER_THREAD = 2
-"""With more than one thread, a program library is compiled in up to this many parts per thread (so a
+"""With more than one thread, the units to build are compiled in up to this many parts per thread (so a
 thread that finishes early takes another part); with one, in one part."""
-
-
-@dataclass
-class _Part:
-    """A part of a program library: a code library (its Numba-compiled functions and the kernels
-    linked in) and the IR text of its codelets, parsed on the thread that compiles the part."""
-
-    library: Any
-    texts: list[str] = field(default_factory=list)
-    optimize: bool = True  # see :attr:`popjit.codegen.machine.Part.optimize`
 
 
 def balanced_parts(weights: Sequence[int], parts: int) -> list[int]:
@@ -298,6 +276,158 @@ def balanced_parts(weights: Sequence[int], parts: int) -> list[int]:
         totals[lightest] += weights[i]
         part_of[i] = lightest
     return part_of
+
+
+def _serialized(part: _Part, code: ObjectCode) -> tuple:
+    """A compiled part as Numba unserialises a code library: its name, and its object code with the
+    bitcode naming its symbols."""
+    return (part.library.name, "object", (code.code, code.bitcode))
+
+
+def _new_library(name: str) -> Any:
+    """An empty code library for a part of a program library."""
+    return cpu_target.target_context.codegen().create_library(f"popjit_program.{name}")
+
+
+class _PartWriter:
+    """Writes the callees of a program library into parts, and keeps what they hold: each callee's symbol
+    (by function and types) and the Numba environments of the callees Numba's pipeline compiled."""
+
+    def __init__(self, total: int, direct: _DirectCodelets | None, progress: Progress | None) -> None:
+        self.total, self.direct, self.progress = total, direct, progress
+        self.symbols: dict[tuple[int, tuple], str] = {}
+        self.environments: list[Any] = []
+        self.owned = 0  # callees written into the program's own part
+
+    def unit(self, key: str | None, part: _Part, name: str, fn: Any, types: tuple, source: str | None) -> bool:
+        """Write ``fn`` for ``types`` into ``part`` as the unit ``key``: a codelet written as IR (of
+        ``source``) or a library kernel; False when it cannot be one (not a unit, or a codelet outside
+        what the IR writer handles)."""
+        if key is None:
+            return False
+        symbol = _UNITS.symbol(key)
+        if source is not None:
+            written = self.direct is not None and self.direct.emit(part.library, part.texts, fn, types, source, symbol)
+        else:
+            written = bool(_link_kernel(part.library, fn, types, symbol))
+        if written:
+            self._wrote(fn, types, symbol)
+        return written
+
+    def own(self, part: _Part, name: str, fn: Any, types: tuple, source: str | None) -> None:
+        """Compile ``fn`` for ``types`` by Numba's pipeline into ``part``, the program's own."""
+        typing, target = cpu_target.typing_context, cpu_target.target_context
+        compiled = compiler.compile_extra(typing, target, fn.py_func, types, None, _flags(fn), fn._compiler.locals,
+                                          library=part.library)
+        _check_returns_int64(name, compiled)
+        symbol = f"popjit.callee.{len(self.symbols)}"
+        _add_pointer_entry(part.library, symbol, compiled.fndesc.llvm_cfunc_wrapper_name, types)
+        self.environments.append(compiled.environment)
+        self.owned += 1
+        self._wrote(fn, types, symbol)
+
+    def _wrote(self, fn: Any, types: tuple, symbol: str) -> None:
+        self.symbols[(id(fn), types)] = symbol
+        if self.progress is not None:
+            self.progress(len(self.symbols), self.total)
+
+
+@dataclass
+class _Part:
+    """A part of a program library: a code library (its Numba-compiled functions and the kernels
+    linked in) and the IR text of its codelets, parsed on the thread that compiles the part."""
+
+    library: Any
+    texts: list[str] = field(default_factory=list)
+    optimize: bool = True  # see :attr:`popjit.codegen.machine.Part.optimize`
+
+
+#: Marks a unit's file and a unit group's; a file without its mark is not one (damaged or foreign).
+UNIT_MAGIC = "popjit-unit-1"
+GROUP_MAGIC = "popjit-unit-group-1"
+
+
+def _unit_key(fn: Any, types: tuple, source: str | None) -> str | None:
+    """The key of the unit of callee ``fn`` for ``types``: a hash of the generated codelet's ``source``
+    (or, for a library kernel, its name), the types, the host CPU and Numba's optimisation settings;
+    None for a callee that is never a unit (a function Numba compiles for the program alone)."""
+    if source is None and not fn.py_func.__module__.startswith(KERNELS):
+        return None
+    what = source if source is not None else f"{fn.py_func.__module__}.{fn.py_func.__qualname__}"
+    host = cpu_target.target_context.codegen().magic_tuple()
+    options = sorted((k, sorted(v) if isinstance(v, (set, frozenset)) else v) for k, v in fn.targetoptions.items())
+    text = repr((UNIT_MAGIC, fingerprint(), host, what, tuple(str(t) for t in types), options,
+                 numba_config.OPT, numba_config.LOOP_VECTORIZE, numba_config.SLP_VECTORIZE))
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+class _Units:
+    """The units this process has loaded. Units compiled together are one object, a *group*, loaded into
+    Numba's JIT once with every unit in it (a unit's entry point is named after its key); a group is kept
+    as ``units/<group>.group`` in the cache generation directory and each unit in it as
+    ``units/<key>.unit``, naming its group. Used under Numba's compiler lock."""
+
+    def __init__(self) -> None:
+        self._group_of: dict[str, str] = {}  # unit key -> the loaded group it came from
+        self._groups: dict[str, tuple[tuple[str, ...], tuple]] = {}  # group key -> (units, serialized object)
+
+    @staticmethod
+    def symbol(key: str) -> str:
+        """The symbol of the unit ``key``'s entry point."""
+        return f"popjit.unit.{key}"
+
+    def ready(self, key: str) -> bool:
+        """Whether unit ``key`` is loaded, loading its group from the cache if it is kept there."""
+        if key in self._group_of:
+            return True
+        directory = self._directory()
+        pointer = read_entry(directory / f"{key}.unit", UNIT_MAGIC, key) if directory is not None else None
+        if pointer is None:
+            return False
+        group, path = pointer[0], directory / f"{pointer[0]}.group"
+        fields = read_entry(path, GROUP_MAGIC, group)
+        if fields is None:
+            return False
+        try:
+            if key not in fields[0]:
+                raise ValueError(f"the group does not hold unit {key}")
+            self.load(group, *fields)
+        except Exception as e:  # why: LLVM and format errors of every kind mean the file is damaged
+            discard_entry(path, e)
+            return False
+        return True
+
+    def load(self, group: str, units: tuple[str, ...], serialized: tuple) -> None:
+        """Load the group ``group`` of ``units`` from ``serialized`` (a code library's object), unless
+        every unit in it is loaded."""
+        if all(unit in self._group_of for unit in units):
+            return
+        cpu_target.target_context.codegen().unserialize_library(serialized)
+        self._groups[group] = (tuple(units), serialized)
+        for unit in units:
+            self._group_of.setdefault(unit, group)
+
+    def keep(self, units: tuple[str, ...], serialized: tuple) -> None:
+        """Load the group of ``units`` just compiled into ``serialized``, and save it."""
+        group = hashlib.sha256(" ".join(units).encode()).hexdigest()[:24]
+        self.load(group, units, serialized)
+        directory = self._directory()
+        if directory is not None:
+            keep_entry(directory / f"{group}.group", GROUP_MAGIC, group, units, serialized)
+            for unit in units:  # why after the group: a unit's file never names a group not yet there
+                keep_entry(directory / f"{unit}.unit", UNIT_MAGIC, unit, group)
+
+    def groups_of(self, units: Iterable[str]) -> list[tuple[str, tuple[str, ...], tuple]]:
+        """The loaded groups that hold ``units``, as (group, its units, serialized object)."""
+        return [(group, *self._groups[group]) for group in sorted({self._group_of[unit] for unit in units})]
+
+    @staticmethod
+    def _directory() -> Path | None:
+        directory = cache_root() / f"gen-{fingerprint()}" / "units"
+        return directory if usable_dir(directory) else None
+
+
+_UNITS = _Units()
 
 
 def _codelet_source(fn: Any) -> str | None:
@@ -362,29 +492,26 @@ class _DirectCodelets:
 
     def __init__(self) -> None:
         self.context: Any = None
-        self.count = 0
 
-    def emit(self, library: Any, texts: list[str], fn: Any, types: tuple, source: str) -> str | None:
-        """The symbol of generated codelet ``fn`` (of ``source``) for ``types``, its module's IR appended
-        to ``texts`` (the kernels it calls linked to ``library``), or None (outside what the translator
-        handles)."""
+    def emit(self, library: Any, texts: list[str], fn: Any, types: tuple, source: str, symbol: str) -> bool:
+        """Write generated codelet ``fn`` (of ``source``) for ``types`` as function ``symbol``: its module's
+        IR appended to ``texts`` (the kernels it calls linked to ``library``); False when it is outside what
+        the translator handles."""
         if self.context is None:
             self.context = compiler._make_subtarget(cpu_target.target_context, _flags(fn))
         name = fn.py_func.__name__
-        symbol = f"{name}.{self.count}"
         module = self.context.create_module(symbol)
         try:
             with self.context.push_code_library(library):
                 emit_codelet(self.context, module, symbol, source, name, fn.py_func.__globals__, types)
         except Unsupported as e:
             _log.debug("%s is compiled by Numba: %s", name, e)
-            return None
+            return False
         if WIDEST_VECTORS in source:
             _prefer_widest_vectors(module.get_global(symbol))
         self.context.post_lowering(module, library)  # why: the codelet's fast-math flags
         texts.append(cgutils.normalize_ir_text(str(module)))
-        self.count += 1
-        return symbol
+        return True
 
 
 def _prefer_widest_vectors(function: ir.Function) -> None:
@@ -436,8 +563,11 @@ def _load(path: Path, key: str) -> ProgramLibrary | None:
 
 
 def _from_entry(entry: tuple) -> ProgramLibrary:
-    """Load the library a kept ``entry`` (what :func:`_build` returns with it) describes."""
-    serialized, engine, names, environments = entry
+    """Load the library a kept ``entry`` (what :func:`_build` returns with it) describes: its units (those
+    this process has not loaded yet), then its own parts."""
+    serialized, engine, names, environments, unit_groups = entry
+    for group, units, code in unit_groups:
+        _UNITS.load(group, units, code)
     return _loaded(serialized, engine, names, [_environment(name, consts) for name, consts in environments])
 
 

@@ -86,13 +86,13 @@ class Phases:
 
 
 def codelets_note(compiled: int, callees: int, through_numba: int = 0) -> str:
-    """What the machine-code phase did: ``12 codelets compiled, 0 from the cache, 2 through Numba``
-    (``through_numba``: how many went through Numba's pipeline rather than straight to LLVM IR), or
-    with nothing compiled (a program library loaded from the cache) ``0 codelets compiled, 12 from
-    the cache``."""
+    """What the machine-code phase did for a program of ``callees`` distinct callees, ``compiled`` of
+    them compiled and the others' machine code cached (the program's library, or units other programs
+    share): ``12 codelets compiled, 0 from the cache, 2 through Numba`` (``through_numba``: how many went
+    through Numba's pipeline rather than straight to LLVM IR), ``2 codelets compiled, 39 from the cache``."""
     numba = f", {through_numba} through Numba" if through_numba else ""
     plural = "" if compiled == 1 else "s"
-    return f"{compiled} codelet{plural} compiled, {0 if compiled else callees} from the cache{numba}"
+    return f"{compiled} codelet{plural} compiled, {callees - compiled} from the cache{numba}"
 
 
 class CompileProgress:

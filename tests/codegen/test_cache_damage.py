@@ -1,5 +1,5 @@
 """A damaged or unusable cache never stops a program: each kind of file popjit writes (generated
-modules, program libraries, executables, Numba's index and data files for the kernel library), damaged in
+modules, program libraries, units, executables, Numba's index and data files for the kernel library), damaged in
 each way (truncated, emptied, overwritten with noise, swapped with another entry's), is warned
 about once with its name, rebuilt, and the program prints the right result. Real directories,
 fresh processes."""
@@ -53,6 +53,8 @@ PROGRAM = textwrap.dedent("""
 KINDS = {
     "generated module": "popjit_gen/*.py",
     "program library": "programs/*.lib",
+    "unit": "units/*.unit",
+    "unit group": "units/*.group",
     "executable": "executables/*.exe",
     "index of a kernel": "numba/kernels_*/*.nbi",
     "data of a kernel": "numba/kernels_*/*.nbc",

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import popjit.tensorflow as tf
 from popjit import config
 from popjit.codegen import compile as compile_module
-from popjit.codegen import machine
+from popjit.codegen import library, machine
 from popjit.codegen.compile import load_engine
 from popjit.codegen.library import PARTS_PER_THREAD, balanced_parts
 from popjit.pipeline import cache as executable_cache
@@ -58,6 +58,7 @@ def _run_and_parts(threads: int) -> tuple[list[np.ndarray], int, set[str], list[
     machine._compile = recorded
     executable_cache.clear()  # why: compile and link again, not reuse the other run's program
     compile_module._ENGINES.clear()
+    units, library._UNITS = library._UNITS, library._Units()  # why: as a process that has loaded no units
     try:
         with config.context(NUM_THREADS=threads):
             fn = tf.function(_program, jit_compile=True)
@@ -65,8 +66,8 @@ def _run_and_parts(threads: int) -> tuple[list[np.ndarray], int, set[str], list[
             engine = load_engine(fn.get_concrete_function(x, y).executable("cpu").engine_source)
     finally:
         machine._compile = compile_part
-    libraries = [library for *_, library in engine._linked.values()]
-    return outputs, len(libraries[-1]._libraries), names, started, engine.src.name
+        library._UNITS = units
+    return outputs, len(started), names, started, engine.src.name
 
 
 def test__program_library__compiled_in_parts_on_threads_gives_the_single_part_result(tmp_path) -> None:
@@ -74,8 +75,8 @@ def test__program_library__compiled_in_parts_on_threads_gives_the_single_part_re
         single, single_parts, single_threads, _, _ = _run_and_parts(1)
     with config.context(CACHE_DIR=str(tmp_path / "two")):
         split, split_parts, split_threads, started, engine_name = _run_and_parts(2)
-    assert single_parts == 2 and single_threads == {"MainThread"}, "one part for the codelets, the engine's own"
-    assert split_parts == 2 * PARTS_PER_THREAD + 1, "the codelets' parts and the engine's own"
+    assert single_parts == 2 and single_threads == {"MainThread"}, "one part for the codelets' units, the engine's own"
+    assert split_parts == 2 * PARTS_PER_THREAD + 1, "the units' parts and the engine's own"
     assert len(split_threads) == 2 and all(n.startswith("popjit-llvm") for n in split_threads)
     first = started[0]  # the pool starts parts in the order they are given
     assert len(first.texts) == 1 and _defines(first.texts[0], engine_name), \

@@ -77,6 +77,7 @@ def test__phases__a_phase_that_raises_is_not_recorded_as_finished(caplog):
     (12, 12, 2, "12 codelets compiled, 0 from the cache, 2 through Numba"),
     (1, 1, 0, "1 codelet compiled, 0 from the cache"),
     (0, 7, 0, "0 codelets compiled, 7 from the cache"),
+    (2, 41, 0, "2 codelets compiled, 39 from the cache"),
 ])
 def test__codelets_note__says_what_was_compiled_and_what_came_from_the_cache(compiled, callees, numba, text):
     assert codelets_note(compiled, callees, numba) == text
@@ -105,8 +106,9 @@ def test__compile_and_first_run__log_every_phase_of_the_program_in_order(caplog)
     assert [d[0] for d in done] == [*COMPILE_PHASES, "graphConstruction", "machine code"]
     compiled, cached = codelet_counts(done[-1][2])
     distinct = len({c.name for c in exe.engine_source.callees})
-    # the session's cache may hold this program's machine code already (another test, an earlier run)
-    assert (compiled, cached) in ((distinct, 0), (0, distinct)), (compiled, cached, distinct)
+    # the session's cache may hold this program's machine code, or some of its codelets', already (another
+    # test, an earlier run): every distinct callee is either compiled or from the cache
+    assert compiled + cached == distinct, (compiled, cached, distinct)
 
 
 def test__debug_summary__gives_the_phase_times(capsys):

@@ -1,0 +1,123 @@
+"""Units: each generated codelet and library kernel a program calls is kept per machine (in the object
+it was compiled into with others, its group) and shared by every program that calls it with the same
+argument types. A new program calling codelets compiled before compiles only its engine and its new
+codelets; a later process finds them on disk. Real compiles, real cache files, fresh processes."""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import popjit.tensorflow as tf
+from popjit.codegen.library import GROUP_MAGIC, UNIT_MAGIC
+from tests.helpers import run_program
+
+CODELETS = re.compile(r"machine code of '[^']+' in [\d.]+ s \((\d+) codelets? compiled, (\d+) from the cache")
+
+
+def _codelet_counts(caplog: pytest.LogCaptureFixture) -> list[tuple[int, int]]:
+    """(compiled, from the cache) of each machine-code phase logged."""
+    found = [CODELETS.search(r.getMessage()) for r in caplog.records if r.name == "popjit"]
+    return [(int(m[1]), int(m[2])) for m in found if m]
+
+
+def _softplus_rows(x, w):
+    h = tf.nn.softplus(tf.matmul(x, w) * 0.75 - 0.125)
+    return h - tf.reduce_max(h, axis=1, keepdims=True)
+
+
+def _reference(x: np.ndarray, w: np.ndarray, times: int) -> np.ndarray:
+    x = x.astype(np.float64)
+    for _ in range(times):
+        h = np.logaddexp(0.0, (x @ w) * 0.75 - 0.125)
+        x = h - h.max(1, keepdims=True)
+    return x
+
+
+def test__a_new_program_calling_the_same_codelets__compiles_only_its_new_ones(caplog):
+    once = tf.function(_softplus_rows, jit_compile=True)
+
+    @tf.function(jit_compile=True)
+    def three_times(x, w):
+        for _ in tf.range(3):
+            x = _softplus_rows(x, w)
+        return x
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((6, 7)).astype(np.float32)
+    w = rng.standard_normal((7, 7)).astype(np.float32) * 0.5
+    with caplog.at_level(logging.INFO, logger="popjit"):
+        np.testing.assert_allclose(once(x, w).numpy(), _reference(x, w, 1), rtol=2e-5, atol=2e-5)
+        np.testing.assert_allclose(three_times(x, w).numpy(), _reference(x, w, 3), rtol=2e-5, atol=2e-5)
+    (first_compiled, first_cached), (compiled, cached) = _codelet_counts(caplog)
+    # the first program may find units of other tests; the second, another engine (a loop around the same
+    # body, and a copy to carry x), finds every codelet of the first and compiles what is new
+    assert cached >= first_compiled + first_cached >= 3, (first_compiled, first_cached, cached)
+    assert compiled <= 1, compiled
+
+
+PROGRAM = textwrap.dedent("""
+    import numpy as np
+    import popjit.tensorflow as tf
+
+    def body(x):
+        y = tf.sigmoid(x) * x - tf.reduce_mean(x, axis=1, keepdims=True)
+        return y * tf.reduce_sum(tf.square(y), axis=0)
+
+    @tf.function(jit_compile=True)
+    def f(x):
+        for _ in tf.range(TIMES - 1):
+            x = body(x)
+        return body(x)
+
+    x = np.linspace(-2, 2, 24, dtype=np.float32).reshape(4, 6)
+    print("result", repr(f(x).numpy().tolist()))
+""")
+
+
+def _reference_of(times: int) -> np.ndarray:
+    x = np.linspace(-2, 2, 24, dtype=np.float32).reshape(4, 6).astype(np.float64)
+    for _ in range(times):
+        y = x / (1 + np.exp(-x)) - x.mean(1, keepdims=True)
+        x = y * (y * y).sum(0)
+    return x
+
+
+def _run(cache: Path, times: int) -> tuple[int, int]:
+    """Run the program (``body`` ``times`` times) in a fresh process: its (compiled, from the cache)."""
+    out = run_program(PROGRAM.replace("TIMES", str(times)), cache, POPJIT_LOG="info")
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("result ")]
+    np.testing.assert_allclose(eval(line.removeprefix("result ")), _reference_of(times), rtol=1e-5, atol=1e-5)
+    (counts,) = [(int(m[1]), int(m[2])) for m in CODELETS.finditer(out.stderr)]
+    return counts
+
+
+@pytest.mark.slow
+def test__a_later_process__loads_the_units_from_disk_and_compiles_only_what_is_new(tmp_path):
+    cache = tmp_path / "cache"
+    compiled, cached = _run(cache, 1)
+    assert compiled >= 2 and cached == 0, (compiled, cached)
+    (generation,) = cache.glob("gen-*")
+    units = sorted((generation / "units").glob("*.unit"))
+    groups = sorted((generation / "units").glob("*.group"))
+    assert len(units) == compiled, "one file per unit, naming its group"
+    assert all(UNIT_MAGIC.encode() in u.read_bytes()[:64] for u in units)
+    assert 1 <= len(groups) <= len(units), "the units compiled together are one object"
+    assert all(GROUP_MAGIC.encode() in g.read_bytes()[:64] for g in groups)
+
+    # a new program (its engine loops) in a new process: none of its codelets compiled
+    assert _run(cache, 3) == (0, compiled)
+    # without the program libraries and executables, from the units alone
+    for kept in ("programs", "executables"):
+        shutil.rmtree(generation / kept)
+    assert _run(cache, 1) == (0, compiled)
+    # without the units, everything again
+    for kept in ("units", "programs", "executables"):
+        shutil.rmtree(generation / kept)
+    assert _run(cache, 1) == (compiled, 0)
