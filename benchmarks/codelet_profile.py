@@ -55,10 +55,11 @@ def _defined_functions(part: tuple) -> list[str]:
 
 
 def write_perf_map(path: Path) -> int:
-    """Write perf's JIT map of every recorded program library's functions; how many were written."""
+    """Write perf's JIT map of every recorded program library's functions (its own parts' and its units'
+    groups'); how many were written."""
     symbols: dict[int, str] = {}
     for serialized, library in _LIBRARIES:
-        for part, code in zip(serialized, library._libraries):
+        for part, code in [*zip(serialized, library._libraries), *library.unit_parts]:
             for name in _defined_functions(part):
                 address = code.get_pointer_to_function(name)
                 if address:

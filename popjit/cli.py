@@ -120,6 +120,7 @@ class CacheEntry:
     compiled: int
     size: int
     executables: int = 0
+    units: int = 0  # codelets and library kernels compiled, shared by the programs that call them
 
 
 def _current_generation() -> str:
@@ -137,8 +138,9 @@ def cache_entries(root: Path) -> list[CacheEntry]:
         modules = sum(f.suffix == ".py" and f.name != "__init__.py" for f in files)
         compiled = sum(f.suffix == ".lib" for f in files)
         executables = sum(f.suffix == ".exe" for f in files)
+        units = sum(f.suffix == ".unit" for f in files)
         entries.append(CacheEntry(d, d.name == current, modules, compiled, sum(f.stat().st_size for f in files),
-                                  executables))
+                                  executables, units))
     return sorted(entries, key=lambda e: not e.current)
 
 
@@ -164,7 +166,7 @@ def cmd_cache_list(args: argparse.Namespace) -> int:
     for e in entries:
         state = "current" if e.current else "stale (another popjit or Numba version)"
         print(f"  {e.path.name}  {e.modules} generated modules, {e.compiled} compiled programs, "
-              f"{e.executables} kept executables, {format_bytes(e.size)}  {state}")
+              f"{e.units} compiled codelets, {e.executables} kept executables, {format_bytes(e.size)}  {state}")
         if args.verbose:
             for f in sorted(e.path.rglob("*.py")):
                 if f.name != "__init__.py":
@@ -215,6 +217,8 @@ def cmd_cache_info(args: argparse.Namespace) -> int:
         ("generated modules", str(current.modules if current else 0)),
         ("program libraries", f"{current.compiled if current else 0} (machine code, one per program and kind of "
                               "buffers)" if flagged is None else "kept in each program's file"),
+        ("compiled codelets", f"{current.units if current else 0} (machine code of codelets and library kernels, "
+                              "shared by every program that calls them)"),
         ("executables", f"{directory}"),
         ("programs", f"{len(files)}, {_sized(files)}"),
         ("a program file holds", "its optimised graph, loop program and engine source"

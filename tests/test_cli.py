@@ -129,8 +129,11 @@ def test_cache_list_then_clear(demo) -> None:
     listed = run(["cache", "list", "-v"], cache)
     assert listed.returncode == 0, listed.stderr
     assert str(cache) in listed.stdout
-    m = re.search(r"gen-\w+\s+(\d+) generated modules, (\d+) compiled programs.*current", listed.stdout)
+    m = re.search(r"gen-\w+\s+(\d+) generated modules, (\d+) compiled programs, (\d+) compiled codelets.*current",
+                  listed.stdout)
     assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, listed.stdout
+    units = len(list(cache.glob("gen-*/units/*.unit")))
+    assert int(m.group(3)) == units > 0, "the demo's codelets and kernels, each a unit"
     assert "popjit_gen/" in listed.stdout
     (cache / "notes.txt").write_text("not popjit's")
     cleared = run(["cache", "clear"], cache)

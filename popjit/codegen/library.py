@@ -3,22 +3,22 @@ cached as one file.
 
 The engine (:mod:`popjit.codegen.native`) calls its callees (generated codelets, library kernels such
 as ``matmul_f32``) through their C entry points. Each codelet written as LLVM IR and each library
-kernel is a *unit*: compiled into an object of its own and kept per machine, by a key hashing the
-codelet's source (or the kernel's name), the types it is called with, the host CPU and Numba's
-optimisation settings. A codelet's source depends on the program's structure, dtypes and ranks, not on
-its sizes (they are its arguments), so a program of new sizes, a Keras model's evaluation beside its
-training, or a test's next example compiles only its engine and the codelets it does not share: the
-Keras CNN at batch 64 after batch 32 has 2 new codelets of 41. Units are loaded into Numba's JIT once
-per process (:class:`_Units`) and saved as ``units/<key>.unit`` in the cache generation directory.
+kernel is a *unit*, kept per machine by a key hashing the codelet's source (or the kernel's name), the
+types it is called with, the host CPU and Numba's optimisation settings. A codelet's source depends on
+the program's structure, dtypes and ranks, not on its sizes (they are its arguments), so a program of
+new sizes, a Keras model's evaluation beside its training, or a test's next example compiles only its
+engine and the codelets it does not share: the Keras CNN at batch 64 after batch 32 has 2 new codelets
+of 39. The units a program still needs are compiled in a few parts, each part's object a *group* of
+units (:func:`_build`); a group is loaded into Numba's JIT once per process with every unit in it and
+kept as ``units/<group>.group`` in the cache generation directory, each of its units as
+``units/<key>.unit`` naming it (:class:`_Units`).
 
-The units still to build are compiled in parallel (:mod:`popjit.codegen.machine` optimises them and
-emits their object code on threads), the largest first, while the next one is written. Compiled one
-module each, the Keras CNN's 39 codelets took as much of LLVM's time as in the four modules they were
-compiled in before (1.9-2.2 s of CPU against 1.9-2.1 s, six runs each). The engine's LLVM module is a
-part of its own, compiled first while Numba's registries load and the codelets are written. A codelet
-the IR writer does not handle is typed and lowered by Numba (``no_compile``) into a part that is the
-program's own. The program's own parts, its units, the symbol names of the engine and the entry
-points, and the functions' Numba environments (their constants) are saved as ``programs/<key>.lib``
+The parts are compiled in parallel (:mod:`popjit.codegen.machine` optimises them and emits their
+object code on threads) while the next one is written. The engine's LLVM module is a part of its own,
+compiled first while Numba's registries load and the codelets are written. A codelet the IR writer does
+not handle is typed and lowered by Numba (``no_compile``) into a part that is the program's own. The
+program's own parts, its units' groups, the symbol names of the engine and the entry points, and the
+functions' Numba environments (their constants) are saved as ``programs/<key>.lib``
 (or, under ``--executable_cache_path``, in the program's own ``.poplar_exec`` file, a
 :class:`LibraryStore`), ``<key>`` hashing the engine, the callees (their names hash their source), the
 types they are called with and the host CPU. A later process loads that one file: no typing, no
@@ -82,6 +82,7 @@ class ProgramLibrary:
         self.addresses = addresses
         self.compiled = compiled  # functions compiled to build it (0: loaded from the cache)
         self.reused = 0  # of its callees, those whose machine code was there already (units)
+        self.unit_parts: list[tuple[tuple, Any]] = []  # its units' groups: (serialized object, code library)
         self.through_numba = through_numba  # of those, generated codelets compiled by Numba's pipeline
         self.key = ""
         self.entry: tuple | None = None
@@ -188,14 +189,15 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
     Each generated codelet written as IR and each library kernel the engine calls is a *unit*, kept per
     machine (:class:`_Units`) and shared by every program that calls it with the same argument types, so
     a program of new sizes compiles only its engine and its new codelets. The units still to build are
-    shared out over a few parts (:func:`balanced_parts`, two per thread), each compiled into one object
-    on a thread (:class:`~popjit.codegen.machine.PartCompiler`) while the next is written: one module per
-    unit cost LLVM 8 ms more each (its pass and code-emission pipelines are set up per module), 0.6 s of
-    CPU time for the Keras CNN's 43. The callees Numba's pipeline compiles (with run-time constants of
-    their own) join a part that is the program's alone. The engine is a part of its own, compiled first
-    (while Numba's registries load and the codelets are written) and without optimisation: it only
-    sequences calls, and LLVM's passes and optimised code emission took 0.9 s of CPU time for the Keras
-    CNN's engine against 0.08 s without."""
+    shared out over a few parts (:func:`balanced_parts`, two per thread), each compiled into one object,
+    a group of units, on a thread (:class:`~popjit.codegen.machine.PartCompiler`) while the next is
+    written. why not one object per unit: LLVM sets up its pass and code-emission pipelines per module
+    (8.7 ms for an empty one), and the Keras CNN's 43 units compiled one module each kept the LLVM
+    threads busy 0.6 s longer (3.0-3.4 s against 2.4-2.7 s, five cold compiles each). The callees
+    Numba's pipeline compiles (with run-time constants of their own) join a part that is the program's
+    alone. The engine is a part of its own, compiled first (while Numba's registries load and the
+    codelets are written) and without optimisation: it only sequences calls, and LLVM's passes and
+    optimised code emission took 0.9 s of CPU time for the Keras CNN's engine against 0.08 s without."""
     distinct = list({(id(fn), types): (name, fn, types) for (name, types), fn in zip(callees, functions)}.values())
     direct = _DirectCodelets() if config.get("DIRECT_CODELETS") else None
     sources = [_codelet_source(fn) if direct else None for _, fn, _ in distinct]
@@ -208,7 +210,7 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
                      PARTS_PER_THREAD * threads if threads > 1 else 1)
     debug = config.get("DEBUG") >= 7
     linked = _LinkedModules()
-    writer = _PartWriter(len(to_write), direct, progress)
+    writer = _PartWriter(key, len(to_write), direct, progress)
     written: list[tuple[_Part, tuple[str, ...]]] = []  # each part built, and the units in it (none: the program's)
     compiled: list[Future[ObjectCode]] = []
     with PartCompiler(threads, assembly=debug) as compiler:
@@ -223,13 +225,14 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
             load_numba_registries()
         own = _Part(_new_library("own"))
         for members in groups:
-            part = _Part(_new_library(f"units.{len(written)}"))
-            units = tuple(unit_keys[i] for i in members if writer.unit(unit_keys[i], part, *distinct[i], sources[i]))
+            part, units = _Part(_new_library(f"units.{len(written)}")), []
             for i in members:
-                if (id(distinct[i][1]), distinct[i][2]) not in writer.symbols:
+                if writer.unit(unit_keys[i], part, *distinct[i], sources[i]):
+                    units.append(unit_keys[i])
+                else:
                     writer.own(own, *distinct[i], sources[i])
             if units:
-                submit(part, units)
+                submit(part, tuple(units))
         if writer.owned:
             submit(own)
         objects = [future.result() for future in compiled]
@@ -242,11 +245,14 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
     symbols.update(writer.symbols)
     names = [symbols[(id(fn), types)] for (_, types), fn in zip(callees, functions)]
     serialized = [_serialized(part, code) for (part, units), code in zip(written, objects) if not units]
-    unit_groups = _UNITS.groups_of(k for k in unit_keys if k is not None and _UNITS.symbol(k) in names)
+    groups = _UNITS.groups_of(k for (_, fn, types), k in zip(distinct, unit_keys)
+                              if k is not None and symbols[(id(fn), types)] == _UNITS.symbol(k))
     environments = writer.environments
-    entry = (serialized, engine, names, [(env.env_name, list(env.consts)) for env in environments], unit_groups)
+    entry = (serialized, engine, names, [(env.env_name, list(env.consts)) for env in environments],
+             [(group, units, code) for group, units, code, _ in groups])
     library = _loaded(serialized, engine, names, environments, len(writer.symbols), len(environments))
     library.reused = len(distinct) - len(writer.symbols)
+    library.unit_parts = [(code, loaded) for _, _, code, loaded in groups]
     return library, entry
 
 
@@ -290,11 +296,12 @@ def _new_library(name: str) -> Any:
 
 
 class _PartWriter:
-    """Writes the callees of a program library into parts, and keeps what they hold: each callee's symbol
-    (by function and types) and the Numba environments of the callees Numba's pipeline compiled."""
+    """Writes the callees of program library ``program`` (its key) into parts, and keeps what they hold:
+    each callee's symbol (by function and types) and the Numba environments of the callees Numba's
+    pipeline compiled."""
 
-    def __init__(self, total: int, direct: _DirectCodelets | None, progress: Progress | None) -> None:
-        self.total, self.direct, self.progress = total, direct, progress
+    def __init__(self, program: str, total: int, direct: _DirectCodelets | None, progress: Progress | None) -> None:
+        self.program, self.total, self.direct, self.progress = program, total, direct, progress
         self.symbols: dict[tuple[int, tuple], str] = {}
         self.environments: list[Any] = []
         self.owned = 0  # callees written into the program's own part
@@ -320,7 +327,7 @@ class _PartWriter:
         compiled = compiler.compile_extra(typing, target, fn.py_func, types, None, _flags(fn), fn._compiler.locals,
                                           library=part.library)
         _check_returns_int64(name, compiled)
-        symbol = f"popjit.callee.{len(self.symbols)}"
+        symbol = f"popjit.callee.{self.program}.{len(self.symbols)}"  # why the program: symbols are process-wide
         _add_pointer_entry(part.library, symbol, compiled.fndesc.llvm_cfunc_wrapper_name, types)
         self.environments.append(compiled.environment)
         self.owned += 1
@@ -369,7 +376,7 @@ class _Units:
 
     def __init__(self) -> None:
         self._group_of: dict[str, str] = {}  # unit key -> the loaded group it came from
-        self._groups: dict[str, tuple[tuple[str, ...], tuple]] = {}  # group key -> (units, serialized object)
+        self._groups: dict[str, tuple[tuple[str, ...], tuple, Any]] = {}  # group -> (units, serialized, code library)
 
     @staticmethod
     def symbol(key: str) -> str:
@@ -402,8 +409,8 @@ class _Units:
         every unit in it is loaded."""
         if all(unit in self._group_of for unit in units):
             return
-        cpu_target.target_context.codegen().unserialize_library(serialized)
-        self._groups[group] = (tuple(units), serialized)
+        library = cpu_target.target_context.codegen().unserialize_library(serialized)
+        self._groups[group] = (tuple(units), serialized, library)
         for unit in units:
             self._group_of.setdefault(unit, group)
 
@@ -417,8 +424,8 @@ class _Units:
             for unit in units:  # why after the group: a unit's file never names a group not yet there
                 keep_entry(directory / f"{unit}.unit", UNIT_MAGIC, unit, group)
 
-    def groups_of(self, units: Iterable[str]) -> list[tuple[str, tuple[str, ...], tuple]]:
-        """The loaded groups that hold ``units``, as (group, its units, serialized object)."""
+    def groups_of(self, units: Iterable[str]) -> list[tuple[str, tuple[str, ...], tuple, Any]]:
+        """The loaded groups that hold ``units``, as (group, its units, serialized object, code library)."""
         return [(group, *self._groups[group]) for group in sorted({self._group_of[unit] for unit in units})]
 
     @staticmethod
@@ -568,7 +575,10 @@ def _from_entry(entry: tuple) -> ProgramLibrary:
     serialized, engine, names, environments, unit_groups = entry
     for group, units, code in unit_groups:
         _UNITS.load(group, units, code)
-    return _loaded(serialized, engine, names, [_environment(name, consts) for name, consts in environments])
+    library = _loaded(serialized, engine, names, [_environment(name, consts) for name, consts in environments])
+    library.unit_parts = [(code, loaded) for _, _, code, loaded in _UNITS.groups_of(u for _, units, _ in unit_groups
+                                                                                     for u in units)]
+    return library
 
 
 def _loaded(serialized: list[tuple], engine: str, names: list[str], environments: list[Any],
