@@ -272,10 +272,7 @@ def train_target_lines(rows: Sequence[Row]) -> list[str]:
     cold = _value(rows, f"compile: {w1}", "popjit", "s cold")
     lines.append(f"(d) W1 cold compile: popjit {_fmt(cold)} s  (target <= {TRAIN_COMPILE_TARGET_S:.1f} s)  "
                  f"{_verdict(None if cold is None else cold <= TRAIN_COMPILE_TARGET_S)}")
-    resized = _value(rows, f"compile: {w1}", "popjit", "s resized")
-    if resized is not None:
-        lines.append(f"(d) W1 compile at twice the batch, a new program whose codelets are cached: popjit "
-                     f"{_fmt(resized)} s")
+    lines += _resized_line(rows, "(d) W1", f"compile: {w1}")
     w2 = workloads.problem_label("train", **workloads.TRAIN_SIZES["W2"])
     for state in ("cold", "warm"):
         mine, theirs = (_value(rows, f"peak RSS: {w2}", fw, f"MB {state}") for fw in ("popjit", "TF-XLA"))
@@ -298,16 +295,24 @@ def keras_target_lines(rows: Sequence[Row]) -> list[str]:
             verdict = "" if target is None else f"  (target <= {target:.1f} s)  {_verdict(met)}"
             lines.append(f"(e) {name} first epoch incl. compile, cold: popjit {_fmt(firsts['popjit'])} s, "
                          f"Keras {_fmt(firsts['TF-XLA'])} s{verdict}")
-        resized = _first_call(rows, f"compile: {label}", "popjit", "s resized")
-        if resized is not None:
-            lines.append(f"(e) {name} first epoch incl. compile at twice the batch, a new program whose codelets "
-                         f"are cached: popjit {_fmt(resized)} s")
+        lines += _resized_line(rows, f"(e) {name}", f"compile: {label}")
     return lines
 
 
-def _first_call(rows: Sequence[Row], workload: str, framework: str, unit: str = "s cold") -> float | None:
+def _resized_line(rows: Sequence[Row], title: str, workload: str) -> list[str]:
+    """popjit's compile time of ``workload`` at twice its batch after its other first calls (a new program
+    whose codelets are cached) beside its cold one, as a line; none if it was not measured."""
+    resized = _value(rows, workload, "popjit", "s resized")
+    if resized is None:
+        return []
+    cold = _value(rows, workload, "popjit", "s cold")
+    return [f"{title} compile at twice the batch, a new program whose codelets are cached: popjit {_fmt(resized)} s "
+            f"(cold {_fmt(cold)} s)"]
+
+
+def _first_call(rows: Sequence[Row], workload: str, framework: str) -> float | None:
     for r in rows:
-        if r.workload == workload and r.framework == framework and r.status == "ok" and r.unit == unit:
+        if r.workload == workload and r.framework == framework and r.status == "ok" and r.unit == "s cold":
             return r.first_call_s
     return None
 

@@ -297,11 +297,15 @@ def test_keras_labels_data_and_rate() -> None:
 def test_keras_targets_are_measured_ratios() -> None:
     label = workloads.problem_label("keras", **keras_workloads.KERAS_SIZES["K1"])
     rows = [runner.Row(label, "popjit", 900.0, "samples/s"), runner.Row(label, "TF-XLA", 1000.0, "samples/s"),
-            runner.Row(f"compile: {label}", "popjit", 1.0, "s cold", first_call_s=3.5)]
+            runner.Row(f"compile: {label}", "popjit", 1.0, "s cold", first_call_s=3.5),
+            runner.Row(f"compile: {label}", "popjit", 0.4, "s resized", first_call_s=2.9)]
     lines = runner.keras_target_lines(rows)
     assert any("K1" in ln and "= 0.90" in ln and "NOT met" in ln for ln in lines)
     assert any("first epoch incl. compile, cold: popjit 3.50 s, Keras -" in ln for ln in lines)
+    assert "(e) K1 compile at twice the batch, a new program whose codelets are cached: popjit 0.40 s (cold 1.00 s)" \
+        in lines
     assert any("K2" in ln and "n/a" in ln for ln in lines)
+    assert not any("K2 compile at twice" in ln for ln in lines), "not measured, not shown"
 
 
 def test_peak_memory_of_a_child_is_its_own() -> None:
