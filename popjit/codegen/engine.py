@@ -248,12 +248,16 @@ class _Emitter(StmtVisitor):
         work = s.size * (int(np.prod(s.reduce.rdomain, dtype=np.int64)) if s.reduce is not None else 1)
         parallel = (work >= config.get("PARALLEL_MIN_ELEMENTS") and not config.get("DISABLE_NUMBA")
                     and not scatters(s))
-        r = render_kernel(s, parallel, self.numerics)
+        # why a range even for a kernel run whole: one codelet then serves its small sizes and its large ones,
+        # which run on threads (a new batch size reuses the machine code, codegen/library.py's units)
+        r = render_kernel(s, not scatters(s), self.numerics)
         self.codelets[r.func] = r
         args = [self.buf(b) for b in r.buffers] + [self.int(v) for v in r.ints] + [self.float(v) for v in r.floats]
         if r.rounding_state:
             args += ["R[0]", "R[1]", "R[2]"]
-        self.invoke(r.func, args, s.name, r.traps, r.rounding_state, r.split)
+        if r.split is not None and not parallel:
+            args += ["0", self.int(r.split[0])]  # the whole of its outermost loop, on this thread
+        self.invoke(r.func, args, s.name, r.traps, r.rounding_state, r.split if parallel else None)
 
     def visit_matmul(self, s: MatMul) -> None:
         computed = self.implicit.products.get(id(s))

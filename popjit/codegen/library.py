@@ -7,8 +7,8 @@ kernel is a *unit*, kept per machine by a key hashing the codelet's source (or t
 types it is called with, the host CPU and Numba's optimisation settings. A codelet's source depends on
 the program's structure, dtypes and ranks, not on its sizes (they are its arguments), so a program of
 new sizes, a Keras model's evaluation beside its training, or a test's next example compiles only its
-engine and the codelets it does not share: the Keras CNN at batch 64 after batch 32 has 2 new codelets
-of 39. The units a program still needs are compiled in a few parts, each part's object a *group* of
+engine and the codelets it does not share: the Keras CNN at batch 64 after batch 32 has none of its
+own. The units a program still needs are compiled in a few parts, each part's object a *group* of
 units (:func:`_build`); a group is loaded into Numba's JIT once per process with every unit in it and
 kept as ``units/<group>.group`` in the cache generation directory, each of its units as
 ``units/<key>.unit`` naming it (:class:`_Units`).

@@ -7,9 +7,10 @@ in sizes therefore render to the same text and share one compiled function; the 
 the numbers.
 
 Codelet signature: ``def codelet(b0, b1, ..., p0, p1, ..., f0, ...)`` where ``b`` are flat
-buffers (float16 as uint16 bit patterns), ``p`` int64 and ``f`` float64 scalars. A codelet the
-engine may run on several threads takes two more, ``lo, hi``: the range of its outermost loop to
-run (:attr:`Rendered.split` says how the engine cuts that loop; :mod:`popjit.codegen.native`).
+buffers (float16 as uint16 bit patterns), ``p`` int64 and ``f`` float64 scalars. A codelet whose
+outermost loop's iterations are independent takes two more, ``lo, hi``: the range of that loop to
+run, all of it or a thread's share (:attr:`Rendered.split` says how the engine cuts that loop;
+:mod:`popjit.codegen.native`).
 
 The program's :class:`~popjit.codegen.numerics.Numerics` (``IPUConfig.floating_point_behaviour``)
 changes two things, and nothing at all when every option is off: how results round to float16

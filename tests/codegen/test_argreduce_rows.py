@@ -44,10 +44,12 @@ def test__argmax_argmin_over_a_strided_axis__equal_numpy(threads: bool, x: np.nd
     with config.context(PARALLEL_MIN_ELEMENTS=1 if threads else 1 << 40):
         got = fn(x).numpy()
         source = codelets(fn, x)
+        engine = fn.get_concrete_function(x).executable("/device:CPU:0").as_text("engine")
     want = (np.argmax if largest else np.argmin)(x, axis=-2)
     np.testing.assert_array_equal(got, want)
     assert "take = " in source, "rendered row by row"
-    assert ("lo, hi" in source) == threads
+    assert "lo, hi" in source, "one codelet for a range of rows, run whole or on threads"
+    assert ("split(K[" in engine) == threads
     packs = x.dtype in (np.float32, np.float16)
     assert ("packed = " in source) == packs, "float values ride in the int64 output beside their index"
 
