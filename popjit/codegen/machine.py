@@ -14,16 +14,18 @@ with its own pass builder and emitted by its own target machine, so the two long
 optimisation pipeline and the code emission) run without llvmlite's lock and release the GIL.
 Nothing in the global context is touched by them.
 
-The optimisation is Numba's "cheap" module pipeline (inlining, for reference-count pruning) and its
-full one, with Numba's options and target machine settings, as Numba's ``finalize`` runs them. Two
-steps of Numba's are left out, for compile time; on the Keras CNN's four parts, CPU time best of five
-went from 1.86 s to 1.26 s with both (the machine code 4% smaller), and its epochs were no slower:
+The optimisation is Numba's: the function passes ``CodeLibrary.add_ir_module`` runs on each added
+module, then its "cheap" module pipeline (inlining, for reference-count pruning) and its full one,
+with Numba's options and target machine settings, as Numba's ``finalize`` runs them. One step of
+Numba's is left out, for compile time: loop strength reduction, in code emission (``-disable-lsr``
+while a part is emitted), which searched the codelets' many address streams for 0.45 s of the Keras
+CNN's 2.6 s of LLVM time, with its epochs no slower.
 
-- the function passes that ``CodeLibrary.add_ir_module`` runs on each module as it is added, for the
-  codelets written as IR text: they tidy the IR Numba's lowering makes, and the full pipeline runs
-  the same passes again on the text popjit writes;
-- loop strength reduction, in code emission (``-disable-lsr`` while a part is emitted): it searched
-  the codelets' many address streams for 0.45 s of the 2.6 s.
+why the function passes stay: without them (tried, 5aada34) a codelet with floating-point trap checks
+was not vectorised (its flags are or-ed in the loop), and the benchmark chain with
+``inv``/``div0``/``oflo`` on ran 11x slower (float32 603-753 ms a call against 102-104 ms with them;
+float16 1307-1345 ms against 115 ms); the codelets without traps ran as fast either way, and the
+passes cost the CNN's parts about 0.15 s of CPU time.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ def _compile(part: Part, assembly: bool) -> ObjectCode:
         for text in part.texts:
             parsed = _parse(text, context)
             parsed.data_layout = str(machine.target_data)
-            _link(module, parsed)
+            _link(module, _function_passes(parsed, machine) if part.optimize else parsed)
         for library in part.libraries:
             _link(module, ll.parse_bitcode(library, context=context))
         for manager, builder in _pipelines(machine) if part.optimize else []:
@@ -142,6 +144,15 @@ def _parse(text: str, context: Any) -> Any:
             module.close()
             raise RuntimeError(f"LLVM IR parsing error\n{error}")
     module.verify()
+    return module
+
+
+def _function_passes(module: Any, machine: Any) -> Any:
+    """``module`` after Numba's function-level passes on each of its functions."""
+    run = _unlocked("LLVMPY_RunNewFunctionPassManager")
+    for function in module.functions:  # why a builder per function: as Numba's add_ir_module does
+        builder = _full_builder(machine)
+        run(_with_refprune(builder.getFunctionPassManager()), function, builder)
     return module
 
 
