@@ -275,11 +275,12 @@ def balanced_parts(weights: Sequence[int], parts: int) -> list[int]:
     """The part (0, 1, …) of each of ``weights``, into at most ``parts`` parts of about equal sums:
     heaviest first, each to the lightest part so far. No part is empty."""
     count = max(1, min(parts, len(weights)))
-    totals = [0] * count
+    totals, sizes = [0] * count, [0] * count
     part_of = [0] * len(weights)
     for i in sorted(range(len(weights)), key=lambda i: -weights[i]):
-        lightest = totals.index(min(totals))
+        lightest = min(range(count), key=lambda p: (totals[p], sizes[p]))  # why sizes: items of weight 0
         totals[lightest] += weights[i]
+        sizes[lightest] += 1
         part_of[i] = lightest
     return part_of
 

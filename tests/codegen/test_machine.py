@@ -9,7 +9,7 @@ import threading
 import llvmlite.binding as ll
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import popjit.tensorflow as tf
@@ -22,6 +22,7 @@ from popjit.pipeline import cache as executable_cache
 
 
 @given(st.lists(st.integers(0, 10_000), min_size=1, max_size=60), st.integers(1, 8))
+@example(weights=[0, 0], parts=2)  # items of weight 0 went to one part, leaving the other empty
 def test__balanced_parts__every_item_in_a_part_none_empty_none_far_over_the_mean(weights: list[int],
                                                                                  parts: int) -> None:
     part_of = balanced_parts(weights, parts)
