@@ -232,5 +232,5 @@ def test__a_codelet_with_floating_point_traps__is_vectorised(tmp_path, fresh_ipu
                                rtol=1e-5, atol=1e-6)
     optimised = "\n".join(str(ll.parse_bitcode(code.bitcode)) for part, code in compiled if part.optimize)
     # why: without Numba's function passes before the module pipeline, the flags or-ed in the loop kept
-    # LLVM from vectorising it, and the benchmark chain ran 11x slower
+    # LLVM from vectorising it, and the benchmark chain ran 6-7x slower (11x in float16)
     assert re.search(r"<\d+ x float>", optimised), "the trap-checking codelet's loop is vectorised"
