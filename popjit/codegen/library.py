@@ -233,7 +233,7 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
                     writer.own(own, *distinct[i], sources[i])
             if units:
                 submit(part, tuple(units))
-        if writer.owned:
+        if writer.environments:  # why: one for each callee written into the program's own part
             submit(own)
         objects = [future.result() for future in compiled]
     if debug:
@@ -245,14 +245,14 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
     symbols.update(writer.symbols)
     names = [symbols[(id(fn), types)] for (_, types), fn in zip(callees, functions)]
     serialized = [_serialized(part, code) for (part, units), code in zip(written, objects) if not units]
-    groups = _UNITS.groups_of(k for (_, fn, types), k in zip(distinct, unit_keys)
-                              if k is not None and symbols[(id(fn), types)] == _UNITS.symbol(k))
+    unit_groups = _UNITS.groups_of(k for (_, fn, types), k in zip(distinct, unit_keys)
+                                   if k is not None and symbols[(id(fn), types)] == _UNITS.symbol(k))
     environments = writer.environments
     entry = (serialized, engine, names, [(env.env_name, list(env.consts)) for env in environments],
-             [(group, units, code) for group, units, code, _ in groups])
+             [(group, units, code) for group, units, code, _ in unit_groups])
     library = _loaded(serialized, engine, names, environments, len(writer.symbols), len(environments))
     library.reused = len(distinct) - len(writer.symbols)
-    library.unit_parts = [(code, loaded) for _, _, code, loaded in groups]
+    library.unit_parts = [(code, loaded) for _, _, code, loaded in unit_groups]
     return library, entry
 
 
@@ -305,7 +305,6 @@ class _PartWriter:
         self.program, self.total, self.direct, self.progress = program, total, direct, progress
         self.symbols: dict[tuple[int, tuple], str] = {}
         self.environments: list[Any] = []
-        self.owned = 0  # callees written into the program's own part
 
     def unit(self, key: str | None, part: _Part, name: str, fn: Any, types: tuple, source: str | None) -> bool:
         """Write ``fn`` for ``types`` into ``part`` as the unit ``key``: a codelet written as IR (of
@@ -331,7 +330,6 @@ class _PartWriter:
         symbol = f"popjit.callee.{self.program}.{len(self.symbols)}"  # why the program: symbols are process-wide
         _add_pointer_entry(part.library, symbol, compiled.fndesc.llvm_cfunc_wrapper_name, types)
         self.environments.append(compiled.environment)
-        self.owned += 1
         self._wrote(fn, types, symbol)
 
     def _wrote(self, fn: Any, types: tuple, symbol: str) -> None:

@@ -24,8 +24,8 @@ CNN's 2.6 s of LLVM time, with its epochs no slower.
 why the function passes stay: without them (tried, 5aada34) a codelet with floating-point trap checks
 was not vectorised (its flags are or-ed in the loop), and the benchmark chain with
 ``inv``/``div0``/``oflo`` on ran 6-7x slower in float32 (603-753 ms a call against 102-104 ms with
-them) and 11x in float16 (1307-1345 ms against 115 ms); the codelets without traps ran as fast either way, and the
-passes cost the CNN's parts about 0.15 s of CPU time.
+them) and 11x in float16 (1307-1345 ms against 115 ms); the codelets without traps ran as fast either
+way, and the passes cost the CNN's parts about 0.15 s of CPU time.
 """
 
 from __future__ import annotations
