@@ -38,31 +38,57 @@ def best_of(call: Callable[[], Any], repeat: int = 7, warmup: int = 2, min_secon
     return Timing(min(samples), statistics.median(samples), len(samples))
 
 
+def wait_until_idle(limit: float = 0.5, window: float = 0.01, busy: float = 0.2) -> float:
+    """Sleep until this process's other threads stop using the CPU: until a ``window`` of sleep in
+    which the process used less than ``busy`` of that window's CPU time, or ``limit`` seconds.
+    Returns the seconds waited.
+
+    why: a thread pool that spins after its call slows the next call, whoever makes it. NumPy's
+    OpenBLAS threads spin for about 0.1 s after each product: timed right after NumPy's, popjit's
+    1024^3 matmul took 30 ms (median) against 17 ms when it ran alone, on a 2-core Zen 3. The window
+    spans a few of the scheduler's ticks: Linux counts other threads' CPU time by the tick (4 ms here)."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < limit:
+        cpu, wall = time.process_time(), time.perf_counter()
+        time.sleep(window)
+        if time.process_time() - cpu < busy * (time.perf_counter() - wall):
+            break
+    return time.perf_counter() - start
+
+
 def interleaved_best(calls: Mapping[str, Callable[[], Any]], repeat: int = 7, warmup: int = 1,
-                     min_seconds: float = 0.0) -> dict[str, Timing]:
-    """Time several calls round-robin, rotating the order each round (A B C, B C A, C A B, ...), so
-    that each sees the same machine.
+                     min_seconds: float = 0.0, block: int = 3) -> dict[str, Timing]:
+    """Time several calls in blocks, round-robin, rotating the order each round (A B C, B C A, C A B,
+    ...), so that each sees the same machine: each block is ``block`` timed calls of one framework,
+    back to back, after one untimed call on an idle process.
 
     On a busy machine a background process that comes and goes would otherwise favour whichever
-    framework happened to run while it slept; and a framework whose thread pool keeps spinning after
-    its call (XLA's, OpenMP's) slows whichever call comes next, so every call must follow every
-    other equally often. Each call gets at least ``repeat`` samples and, in total, the rounds last at
-    least ``min_seconds`` per call.
+    framework happened to run while it slept. And a framework whose thread pool keeps spinning after
+    its call (OpenBLAS's, XLA's, OpenMP's) slows whichever call comes next, while a framework's own
+    threads are quickest when its calls follow each other. So before each block the process's threads
+    are let go idle (:func:`wait_until_idle`) and one call brings the framework's threads and caches up
+    again: the block's calls run as they would with the framework alone in the process. Each call gets
+    at least ``repeat`` samples and, in total, the rounds last at least ``min_seconds`` of timed calls
+    per call.
     """
     for call in calls.values():
         for _ in range(warmup):
             call()
     samples: dict[str, list[float]] = {name: [] for name in calls}
     order = list(calls.items())
-    start = time.perf_counter()
+    timed = 0.0
     rounds = 0
-    while min(map(len, samples.values()), default=repeat) < repeat or \
-            time.perf_counter() - start < min_seconds * len(calls):
+    while min(map(len, samples.values()), default=repeat) < repeat or timed < min_seconds * len(calls):
         shift = rounds % max(1, len(order))
         for name, call in order[shift:] + order[:shift]:
-            t0 = time.perf_counter()
-            call()
-            samples[name].append(time.perf_counter() - t0)
+            if len(order) > 1:
+                wait_until_idle()
+                call()
+            for _ in range(block):
+                t0 = time.perf_counter()
+                call()
+                samples[name].append(time.perf_counter() - t0)
+                timed += samples[name][-1]
         rounds += 1
     return {name: Timing(min(s), statistics.median(s), len(s)) for name, s in samples.items()}
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -211,9 +213,36 @@ def test_interleaved_timing_gives_every_call_its_samples() -> None:
     def call(name: str) -> Any:
         return lambda: counts.__setitem__(name, counts[name] + 1)
 
-    timings = timing.interleaved_best({"a": call("a"), "b": call("b")}, repeat=3, warmup=2)
-    assert counts == {"a": 5, "b": 5}
+    timings = timing.interleaved_best({"a": call("a"), "b": call("b")}, repeat=3, warmup=2, block=3)
+    assert counts == {"a": 6, "b": 6}, "2 warm-up calls, then one untimed call before the block of 3"
     assert all(t.repeat == 3 and 0 <= t.best <= t.median for t in timings.values())
+
+
+def test_wait_until_idle_outwaits_a_spinning_thread() -> None:
+    spinning_until = time.perf_counter() + 0.3
+    done = threading.Event()
+
+    def spin() -> None:  # a thread pool's worker busy-waiting after its call
+        while time.perf_counter() < spinning_until:
+            pass
+        done.set()
+
+    worker = threading.Thread(target=spin)
+    worker.start()
+    waited = timing.wait_until_idle(limit=30.0)
+    assert done.is_set(), f"returned after {waited:.3f} s while another thread still used the CPU"
+    worker.join()
+    assert timing.wait_until_idle(limit=30.0) < 30.0, "an idle process is seen as idle"
+
+
+def test_interleaved_timing_runs_blocks_each_after_an_idle_wait_and_an_untimed_call(monkeypatch) -> None:
+    events: list[str] = []
+    monkeypatch.setattr(timing, "wait_until_idle", lambda: events.append("wait") or 0.0)
+    calls = {name: (lambda name=name: events.append(name)) for name in ("a", "b")}
+    timings = timing.interleaved_best(calls, repeat=3, warmup=0, block=2)
+    block_a, block_b = ["wait", "a", "a", "a"], ["wait", "b", "b", "b"]
+    assert events == block_a + block_b + block_b + block_a, "blocks alternate, their order rotated each round"
+    assert {name: t.repeat for name, t in timings.items()} == {"a": 4, "b": 4}, "the untimed calls are not samples"
 
 
 def test_wrong_result_is_never_shown_as_a_rate() -> None:
