@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import glob
 import os
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -65,24 +66,44 @@ if not config.get("DISABLE_NUMBA"):
 
 HAVE_CBLAS = _bound is not None
 cblas_sgemm, cblas_dgemm, set_threads_local = _bound if _bound else (None, None, None)
-"""``set_threads_local(n)``: the calling thread's BLAS thread count until changed; returns the
-previous one (OpenBLAS's ``openblas_set_num_threads_local``)."""
+"""``set_threads_local(n)``: OpenBLAS's thread count until changed; returns the previous one
+(OpenBLAS's ``openblas_set_num_threads_local``). The count is the process's, not the calling
+thread's: the pthreads build NumPy ships keeps one, whatever the function's name says (set to 1 on
+another thread, it made the main thread's 1024^3 product serial: 32.6 ms against 16.1). So only
+code that no other thread runs at the same time may change it; see :func:`blas_threads`."""
+
+
+_HOLD_LOCK = threading.Lock()
+_holders = 0
+_count_before = 0
 
 
 @contextlib.contextmanager
 def blas_threads(count: int) -> Iterator[None]:
-    """Run the block with the calling thread's OpenBLAS thread count set to ``count`` and restored
-    after. why: popjit's matmuls use the cores the process has, whatever ``OPENBLAS_NUM_THREADS`` the
-    user's environment holds for other programs; the thread-local count leaves the user's own NumPy
-    calls on other threads, and on this one after the block, as they were."""
+    """Run the block with OpenBLAS's thread count set to ``count``, and the count the process had
+    before the first such block restored when the last one running leaves (blocks on several threads
+    at once, as replicas' engines run, share the setting).
+
+    why: popjit decides how its products use the cores (serial calls on its own threads beside a
+    spinning pool, :data:`POOL_SPINS`), whatever ``OPENBLAS_NUM_THREADS`` the user's environment
+    holds for other programs. The count is the process's (:data:`set_threads_local`): NumPy's own
+    products on other threads run with it while the block runs."""
+    global _holders, _count_before
     if _LIB is None or not hasattr(_LIB, "openblas_set_num_threads_local"):
         yield
         return
-    previous = _LIB.openblas_set_num_threads_local(count)
+    with _HOLD_LOCK:
+        previous = _LIB.openblas_set_num_threads_local(count)
+        if _holders == 0:
+            _count_before = previous
+        _holders += 1
     try:
         yield
     finally:
-        _LIB.openblas_set_num_threads_local(previous)
+        with _HOLD_LOCK:
+            _holders -= 1
+            if _holders == 0:
+                _LIB.openblas_set_num_threads_local(_count_before)
 
 
 #: Whether popjit's pool's workers spin when idle (:func:`~popjit.kernels.jit.pool_spins`: OpenMP's,

@@ -28,7 +28,6 @@ from .blas import (
     HAVE_CBLAS,
     POOL_SPINS,
     SERIAL_GEMM_MACS,
-    set_threads_local,
 )
 from .jit import codelet
 
@@ -99,14 +98,16 @@ if HAVE_CBLAS:
     @codelet
     def matmul_split(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi):
         """Units ``[lo, hi)`` of a product split by :func:`blas_split` (the arguments of
-        :func:`popjit.kernels.matmul.matmul_f32`, then the range), each a serial BLAS call per
-        batch entry; the thread's BLAS thread count is left as it was."""
+        :func:`popjit.kernels.matmul.matmul_f32`, then the range), a BLAS call per batch entry. Serial
+        calls: the engine runs with OpenBLAS's thread count at 1, and this leaves it alone. why: the
+        count is the process's (:data:`~popjit.kernels.blas.set_threads_local`); each piece setting it
+        to 1 and back, on every thread at once, left some pieces on OpenBLAS's threads (their spinners
+        then held a core of popjit's), and the count at 1 or not after the split, as the race went."""
         lda = m if ta else k
         ldb = k if tb else n
         by_rows = m >= n
         cut = m if by_rows else n
         per = (cut + BLOCK - 1) // BLOCK
-        previous = set_threads_local(1)
         for i in range(lo // per, (hi - 1) // per + 1 if hi > lo else 0):
             first = max(lo - i * per, 0) * BLOCK
             last = min(min(hi - i * per, per) * BLOCK, cut)
@@ -118,5 +119,4 @@ if HAVE_CBLAS:
                 b_at = i * b_bs + (first * k if tb else first)
                 blas_gemm(out, a, b, i * a_bs, b_at, i * m * n + first, m, last - first, k, ta, tb, lda, ldb, n,
                       alpha, beta)
-        set_threads_local(previous)
         return 0

@@ -44,7 +44,7 @@ import popjit
 from popjit import config
 from popjit.flags import poplar_flags
 
-from .threads import limited, threads_to_use
+from .threads import threads_to_use
 
 # why: no ``arcp``. It lets LLVM turn ``x / y`` into ``x * (1 / y)`` (not correctly rounded:
 # ``floordiv`` by a broadcast scalar came out off by one), ``1 / sqrt(x)`` into the rsqrt estimate
@@ -154,15 +154,15 @@ def start_parallel_runtime() -> None:
 @contextlib.contextmanager
 def single_threaded() -> Iterator[None]:
     """Run the engines the calling thread starts inside the block on that thread alone: Numba's
-    (thread-local) thread count 1, so split codelets run inline and launch nothing on the pool, and one
-    BLAS thread. why: each replica of a replicated program runs on its own thread, and the workqueue
-    layer aborts when two threads launch parallel work at once."""
+    (thread-local) thread count 1, so split codelets run inline and launch nothing on the pool, and
+    every gemm serial (:func:`popjit.kernels.matmul._threads_for`). why: each replica of a replicated
+    program runs on its own thread, and the workqueue layer aborts when two threads launch parallel
+    work at once."""
     start_parallel_runtime()
     before = numba.get_num_threads()
     numba.set_num_threads(1)
     try:
-        with limited(1):
-            yield
+        yield
     finally:
         numba.set_num_threads(before)
 

@@ -9,6 +9,7 @@ asks: NaN on overflow, stochastically).
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from .bits import f16_to_f32, f32_to_f16
@@ -29,13 +30,19 @@ from .rounding import f32_to_f16_nanoo, f32_to_f16_sr, f32_to_f16_sr_nanoo, sr_b
 if HAVE_CBLAS:
 
     @codelet
-    def _serial_if_small(m, n, k):
-        """Run this thread's gemms of ``m*n*k`` multiply-adds serially when small (always, when popjit's
-        pool spins: :data:`~popjit.kernels.blas.POOL_SPINS`); the previous thread count to restore (0:
-        nothing changed)."""
+    def _threads_for(m, n, k):
+        """Put a gemm of ``m*n*k`` multiply-adds on OpenBLAS's own threads if it belongs there: never
+        beside popjit's spinning pool (:data:`~popjit.kernels.blas.POOL_SPINS`), from
+        :data:`~popjit.kernels.blas.SERIAL_GEMM_MACS` beside a sleeping one. Returns the count to
+        restore after it (0: nothing changed).
+
+        An engine runs with OpenBLAS's count at 1 (:func:`popjit.codegen.compile.Engine.__call__`), so
+        every other gemm is serial, as the pieces of a split product on popjit's threads must be. The
+        count is the process's (:data:`~popjit.kernels.blas.set_threads_local`), so only the engine's
+        own thread changes it, here, while no split product runs."""
         if POOL_SPINS or m * n * k < SERIAL_GEMM_MACS:
-            return set_threads_local(1)
-        return 0
+            return 0
+        return set_threads_local(numba.get_num_threads())
 
     @codelet
     def _restore_threads(previous):
@@ -55,10 +62,10 @@ if HAVE_CBLAS:
 
     @codelet(inline="always")
     def _blas_batch(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta):
-        """Each batch entry's product as one BLAS call (serial when small, see :func:`_serial_if_small`)."""
+        """Each batch entry's product as one BLAS call (on OpenBLAS's threads or not, see :func:`_threads_for`)."""
         lda = m if ta else k
         ldb = k if tb else n
-        previous = _serial_if_small(m, n, k)
+        previous = _threads_for(m, n, k)
         for i in range(batch):
             blas_gemm(out, a, b, i * a_bs, i * b_bs, i * m * n, m, n, k, ta, tb, lda, ldb, n, alpha, beta)
         _restore_threads(previous)

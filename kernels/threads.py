@@ -2,20 +2,17 @@
 
 A machine's core count is not what a process gets: a CPU affinity mask (``taskset``, a batch
 scheduler) or a container's cgroup CPU quota gives it fewer, and threads beyond those only take
-turns. popjit sizes Numba's thread pool and OpenBLAS's threads to :func:`threads_to_use`, once per
-process, before the first parallel code runs; ``POPJIT_NUM_THREADS`` sets it explicitly. The user's
+turns. popjit sizes Numba's thread pool to :func:`threads_to_use`, once per process, before the first
+parallel code runs (its matmuls run on that pool, or on as many OpenBLAS threads); ``POPJIT_NUM_THREADS`` sets it explicitly. The user's
 ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` (often set to 1 for other programs) do not apply.
 Numba-free, so reading it compiles nothing.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import os
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 from popjit import config
@@ -56,23 +53,3 @@ def threads_to_use() -> int:
     """``POPJIT_NUM_THREADS`` if set, else :func:`available_cores`."""
     chosen = config.get("NUM_THREADS")
     return available_cores() if chosen is None else max(1, chosen)
-
-
-_LOCAL = threading.local()
-
-
-def engine_threads() -> int:
-    """The threads an engine run on the calling thread may use: :func:`threads_to_use`, unless the thread
-    runs inside :func:`limited` (a replica of a replicated program, whose siblings hold the other cores)."""
-    return getattr(_LOCAL, "threads", None) or threads_to_use()
-
-
-@contextlib.contextmanager
-def limited(count: int) -> Iterator[None]:
-    """Let engines run on the calling thread use at most ``count`` threads inside the block."""
-    before = getattr(_LOCAL, "threads", None)
-    _LOCAL.threads = max(1, count)
-    try:
-        yield
-    finally:
-        _LOCAL.threads = before

@@ -36,7 +36,6 @@ from popjit.codegen.phases import CompileProgress, Phases, codelets_note
 from popjit.codegen.render import HEADER, SERIAL, Rendered
 from popjit.kernels.blas import blas_threads
 from popjit.kernels.jit import atomic_write, cache_root, fingerprint, start_parallel_runtime, usable_dir, warn_once
-from popjit.kernels.threads import engine_threads
 
 PACKAGE = "popjit_gen"
 
@@ -151,9 +150,11 @@ class Engine:
     def __call__(self, buffers: Sequence[np.ndarray], ints: np.ndarray, floats: np.ndarray, stop: np.ndarray,
                  state: Sequence[np.ndarray] = (), program: str | None = None,
                  store: LibraryStore | None = None) -> int:
-        """Run on ``buffers``, linking first on a new kind of buffers (:meth:`link`)."""
+        """Run on ``buffers``, linking first on a new kind of buffers (:meth:`link`), with OpenBLAS's
+        thread count at 1: every gemm is a serial call unless it raises the count itself
+        (:func:`popjit.kernels.matmul._threads_for`), and a split product's pieces run on popjit's threads."""
         function, callees, _ = self.link(buffers, program, store)
-        with blas_threads(engine_threads()):
+        with blas_threads(1):
             return function(*buffers, ints, floats, stop, *state, callees)
 
     def link(self, buffers: Sequence[np.ndarray], program: str | None = None,

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,85 @@ def test__blas_threads__set_for_the_block_then_restored():
     with blas.blas_threads(before + 2):
         assert get() == before + 2
     assert get() == before
+
+
+@pytest.mark.skipif(blas._LIB is None, reason="NumPy is not built on its bundled OpenBLAS")
+def test__blas_threads__blocks_on_two_threads_restore_the_count_when_the_last_leaves():
+    get = blas._LIB.scipy_openblas_get_num_threads64_
+    before = get()
+    entered, leave = threading.Event(), threading.Event()
+
+    def replica() -> None:  # an engine on another thread, as a replica's runs
+        with blas.blas_threads(1):
+            entered.set()
+            leave.wait(60)
+
+    other = threading.Thread(target=replica)
+    other.start()
+    assert entered.wait(60)
+    with blas.blas_threads(1):
+        assert get() == 1
+    assert get() == 1, "the other block still runs: its count stays"
+    leave.set()
+    other.join()
+    assert get() == before, "the last block out restores the count from before the first"
+
+
+BLAS_COUNT_CHANGES = textwrap.dedent("""
+    import ctypes, sys
+    import llvmlite.binding as llvm, llvmlite.ir as ir
+    import numpy as np
+    from popjit.kernels import blas
+
+    # every call of OpenBLAS's thread-count setter that compiled code makes, counted on the way
+    calls = ctypes.c_int64(0)
+    real = ctypes.cast(blas._LIB.openblas_set_num_threads_local, ctypes.c_void_p).value
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    module = ir.Module()
+    module.triple = llvm.get_process_triple()
+    signature = ir.FunctionType(i32, [i32])
+    counting = ir.Function(module, signature, "counting_set_threads")
+    b = ir.IRBuilder(counting.append_basic_block())
+    b.atomic_rmw("add", b.inttoptr(ir.Constant(i64, ctypes.addressof(calls)), i64.as_pointer()), ir.Constant(i64, 1),
+                 "seq_cst")
+    b.ret(b.call(b.inttoptr(ir.Constant(i64, real), signature.as_pointer()), counting.args))
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    machine = llvm.Target.from_default_triple().create_target_machine()
+    jit = llvm.create_mcjit_compiler(llvm.parse_assembly(str(module)), machine)
+    jit.finalize_object()
+    llvm.add_symbol("popjit_blas_threads_local", jit.get_function_address("counting_set_threads"))
+
+    import popjit.tensorflow as tf
+    rng = np.random.default_rng(0)
+    a, b_, c, d = (rng.standard_normal(s).astype(np.float32) for s in ((256, 784), (784, 256), (8, 16), (16, 8)))
+    before = blas._LIB.scipy_openblas_get_num_threads64_()
+    f = tf.function(lambda a, b, c, d: (tf.matmul(a, b), tf.matmul(c, d)), jit_compile=True)
+    for _ in range(3):
+        big, small = f(a, b_, c, d)
+    np.testing.assert_allclose(big.numpy(), a @ b_, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(small.numpy(), c @ d, rtol=1e-5, atol=1e-5)
+    assert blas._LIB.scipy_openblas_get_num_threads64_() == before
+    print(calls.value, blas.POOL_SPINS)
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(blas._LIB is None, reason="NumPy is not built on its bundled OpenBLAS")
+@pytest.mark.parametrize("layer", ["omp", "workqueue"])
+def test__compiled_code_changes_the_blas_count_only_where_no_other_thread_runs(layer: str, tmp_path: Path):
+    # why: the count is the process's; pieces of a split product setting it on several threads at once
+    # raced, and some pieces ran on OpenBLAS's threads
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
+    proc = subprocess.run([sys.executable, "-c", BLAS_COUNT_CHANGES], capture_output=True, text=True, timeout=600,
+                          env={**env, "POPJIT_CACHE_DIR": str(tmp_path / "popjit"),
+                               "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "NUMBA_THREADING_LAYER": layer})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    calls, spins = proc.stdout.split()
+    if spins == "True":  # beside OpenMP's spinning pool the 256x784x256 product is split over it
+        assert int(calls) == 0, "with the count at 1 for the engine, no codelet changes it"
+    else:  # beside workqueue it runs on OpenBLAS's threads: the engine's thread raises the count and restores it
+        assert int(calls) == 3 * 2
 
 
 THREADS = textwrap.dedent("""
