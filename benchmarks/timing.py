@@ -60,7 +60,8 @@ def interleaved_best(calls: Mapping[str, Callable[[], Any]], repeat: int = 7, wa
                      min_seconds: float = 0.0, block: int = 3) -> dict[str, Timing]:
     """Time several calls in blocks, round-robin, rotating the order each round (A B C, B C A, C A B,
     ...), so that each sees the same machine: each block is ``block`` timed calls of one framework,
-    back to back, after one untimed call on an idle process.
+    back to back, after one untimed call on an idle process (a single call has no other to wait for:
+    its blocks just follow each other).
 
     On a busy machine a background process that comes and goes would otherwise favour whichever
     framework happened to run while it slept. And a framework whose thread pool keeps spinning after

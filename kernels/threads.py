@@ -3,8 +3,9 @@
 A machine's core count is not what a process gets: a CPU affinity mask (``taskset``, a batch
 scheduler) or a container's cgroup CPU quota gives it fewer, and threads beyond those only take
 turns. popjit sizes Numba's thread pool to :func:`threads_to_use`, once per process, before the first
-parallel code runs (its matmuls run on that pool, or on as many OpenBLAS threads); ``POPJIT_NUM_THREADS`` sets it explicitly. The user's
-``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` (often set to 1 for other programs) do not apply.
+parallel code runs (its matmuls run on that pool, or on as many OpenBLAS threads);
+``POPJIT_NUM_THREADS`` sets it explicitly. The user's ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS``
+(often set to 1 for other programs) do not apply.
 Numba-free, so reading it compiles nothing.
 """
 
