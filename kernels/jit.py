@@ -44,7 +44,7 @@ import popjit
 from popjit import config
 from popjit.flags import poplar_flags
 
-from .threads import threads_to_use
+from .threads import cores_to_spare, runnable_elsewhere, threads_to_use
 
 # why: no ``arcp``. It lets LLVM turn ``x / y`` into ``x * (1 / y)`` (not correctly rounded:
 # ``floordiv`` by a broadcast scalar came out off by one), ``1 / sqrt(x)`` into the rsqrt estimate
@@ -55,10 +55,24 @@ OPTIONS: dict[str, Any] = {"fastmath": set(FASTMATH), "error_model": "numpy", "b
 
 
 #: How long (``GOMP_SPINCOUNT``, in spins) an idle OpenMP worker spins before it sleeps, unless the
-#: user's environment sets it. why: GNU OpenMP's default, 300,000, keeps a worker spinning on a core that
-#: another process needs: the Keras CNN beside one busy process took 2.86 s an epoch with it, 1.90 s
-#: with 1,000 and 1.77 s under workqueue; on a quiet host 0.92, 1.09 and 1.45 s (2-core Zen 3).
-OPENMP_SPINS = 1000
+#: user's environment sets it: :data:`OPENMP_SPINS_QUIET` where the pool's threads each have a core to
+#: themselves when popjit starts, else :data:`OPENMP_SPINS_SHARED` (:func:`openmp_spins`). A spin took
+#: 17 ns on a 2-core Ice Lake VM, so about 170 us and 17 us. why not one count: on that host a worker
+#: that slept between a training step's parallel codelets took so long to wake that the Keras LSTM's
+#: epoch took 3.5-4.0 s with 1,000 spins against 2.0-2.2 s with 10,000, the CNN's 1.28-1.86 s against
+#: 0.93-0.98 s; beside one busy process it is the other way round (the LSTM 3.9-4.1 s against 8.1-8.9 s,
+#: the spinner holding the core the other process needs). docs/pipeline.md has the table.
+OPENMP_SPINS_QUIET = 10_000
+OPENMP_SPINS_SHARED = 1_000
+
+
+def openmp_spins() -> int:
+    """``GOMP_SPINCOUNT`` for popjit's pool: :data:`OPENMP_SPINS_QUIET` when its threads each have a core
+    that no other process's runnable thread needs right now (:func:`~popjit.kernels.threads.runnable_elsewhere`,
+    sampled for a few milliseconds), else :data:`OPENMP_SPINS_SHARED`. Decided once, when the pool's
+    layer is (libgomp reads it when it loads)."""
+    quiet = cores_to_spare(threads_to_use(), runnable_elsewhere())
+    return OPENMP_SPINS_QUIET if quiet else OPENMP_SPINS_SHARED
 
 
 @functools.lru_cache(maxsize=1)
@@ -80,8 +94,8 @@ def threading_layer() -> str:
     if parallel._is_initialized:  # something ran parallel code before popjit: that layer it is
         return parallel.threading_layer()
     chosen = os.environ.get("NUMBA_THREADING_LAYER")
-    if chosen in (None, "", "omp"):
-        os.environ.setdefault("GOMP_SPINCOUNT", str(OPENMP_SPINS))  # why: read when libgomp loads
+    if chosen in (None, "", "omp") and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = str(openmp_spins())  # why: read when libgomp loads
     if not chosen:
         chosen = "omp" if _openmp_loads() and not _openmp_capped() else "workqueue"
         numba_config.THREADING_LAYER = chosen

@@ -14,6 +14,8 @@ from __future__ import annotations
 import functools
 import math
 import os
+import statistics
+import time
 from pathlib import Path
 
 from popjit import config
@@ -54,3 +56,37 @@ def threads_to_use() -> int:
     """``POPJIT_NUM_THREADS`` if set, else :func:`available_cores`."""
     chosen = config.get("NUM_THREADS")
     return available_cores() if chosen is None else max(1, chosen)
+
+
+def runnable_elsewhere(samples: int = 20, interval: float = 1e-4, proc: Path = Path("/proc")) -> float | None:
+    """How many threads of other processes are running or waiting for a core right now: the median of
+    ``samples`` readings, ``interval`` seconds apart, of the kernel's count of runnable threads (the fourth
+    field of ``/proc/loadavg``, machine-wide) less this process's own running ones. None where it cannot
+    be read (not Linux). About 2 ms; a median, so a process that runs for a moment does not count."""
+    counts = []
+    for _ in range(samples):
+        try:
+            runnable = int((proc / "loadavg").read_text().split()[3].split("/")[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        counts.append(runnable - _own_running(proc))
+        time.sleep(interval)
+    return max(0.0, statistics.median(counts))
+
+
+def _own_running(proc: Path) -> int:
+    """This process's threads that are running or runnable (at least the one reading)."""
+    running = 0
+    for task in (proc / "self" / "task").iterdir():
+        try:
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # why: a thread that ended while we looked
+        running += state == "R"
+    return max(running, 1)
+
+
+def cores_to_spare(threads: int, others: float | None) -> bool:
+    """Whether ``threads`` threads of popjit's pool would each have a core of their own beside ``others``
+    runnable threads of other processes (:func:`runnable_elsewhere`; None: unknown, so no)."""
+    return others is not None and others + threads <= (os.cpu_count() or 1)

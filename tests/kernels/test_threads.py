@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from popjit.kernels import blas
-from popjit.kernels.threads import cgroup_cpu_limit
+from popjit.kernels.jit import OPENMP_SPINS_SHARED
+from popjit.kernels.threads import cgroup_cpu_limit, cores_to_spare, runnable_elsewhere
 
 
 def test__cgroup_v2_quota__in_cores(tmp_path: Path):
@@ -33,6 +34,52 @@ def test__cgroup_v1_quota__in_cores(tmp_path: Path):
 
 def test__no_cgroup_files__no_limit(tmp_path: Path):
     assert cgroup_cpu_limit(tmp_path) is None
+
+
+def _fake_proc(root: Path, runnable: int, own_states: str) -> Path:
+    """A ``/proc`` with ``runnable`` runnable threads machine-wide, this process's threads in ``own_states``."""
+    (root / "self" / "task").mkdir(parents=True)
+    (root / "loadavg").write_text(f"0.52 0.40 0.31 {runnable}/181 4242\n")
+    for tid, state in enumerate(own_states, 100):
+        (root / "self" / "task" / str(tid)).mkdir()
+        (root / "self" / "task" / str(tid) / "stat").write_text(f"{tid} (a (b) c) {state} 1 2 3\n")
+    return root
+
+
+def test__runnable_elsewhere__the_machine_count_less_this_process_running_threads(tmp_path: Path):
+    assert runnable_elsewhere(samples=3, interval=0, proc=_fake_proc(tmp_path / "a", 5, "RSR")) == 3
+    assert runnable_elsewhere(samples=3, interval=0, proc=_fake_proc(tmp_path / "b", 1, "SS")) == 0, \
+        "the reading thread itself runs, whatever its state said"
+    assert runnable_elsewhere(samples=3, interval=0, proc=tmp_path / "missing") is None
+
+
+def test__cores_to_spare__only_when_every_pool_thread_has_a_core_of_its_own():
+    cores = os.cpu_count() or 1
+    assert cores_to_spare(cores, 0)
+    assert not cores_to_spare(cores, 1)
+    assert not cores_to_spare(1, cores)
+    assert not cores_to_spare(1, None), "unknown load: the pool spins briefly"
+
+
+@pytest.mark.slow
+def test__busy_processes__counted_and_the_openmp_pool_spins_briefly_beside_them():
+    """Real busy processes on every core: they are counted as runnable, and a popjit process started beside
+    them gives GNU OpenMP's idle workers the short spin (a long one took the cores they need)."""
+    cores = os.cpu_count() or 1
+    busy = [subprocess.Popen([sys.executable, "-c", "print('ready', flush=True)\nwhile True: pass"],
+                             stdout=subprocess.PIPE, text=True) for _ in range(cores)]
+    try:
+        assert all(p.stdout.readline().strip() == "ready" for p in busy)
+        assert runnable_elsewhere() >= cores
+        env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "NUMBA_THREADING_LAYER")}
+        code = "import os, popjit.kernels.jit as j; j.threading_layer(); print(os.environ['GOMP_SPINCOUNT'])"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.split()[-1] == str(OPENMP_SPINS_SHARED)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
 
 
 @pytest.mark.skipif(blas._LIB is None, reason="NumPy is not built on its bundled OpenBLAS")
