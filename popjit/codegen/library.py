@@ -189,9 +189,9 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
     Each generated codelet written as IR and each library kernel the engine calls is a *unit*, kept per
     machine (:class:`_Units`) and shared by every program that calls it with the same argument types, so
     a program of new sizes compiles only its engine and its new codelets. The units still to build are
-    shared out over a few parts (:func:`balanced_parts`, two per thread), each compiled into one object,
-    a group of units, on a thread (:class:`~popjit.codegen.machine.PartCompiler`) while the next is
-    written. why not one object per unit: LLVM sets up its pass and code-emission pipelines per module
+    shared out over a few parts (:func:`balanced_parts`, :data:`PARTS_PER_THREAD` per thread), each
+    compiled into one object, a group of units, on a thread (:class:`~popjit.codegen.machine.PartCompiler`)
+    while the next is written. why not one object per unit: LLVM sets up its pass and code-emission pipelines per module
     (8.7 ms for an empty one), and the Keras CNN's 43 units compiled one module each kept the LLVM
     threads busy 0.6 s longer (3.0-3.4 s against 2.4-2.7 s, five cold compiles each). The callees
     Numba's pipeline compiles (with run-time constants of their own) join a part that is the program's
@@ -266,9 +266,13 @@ def _groups(items: Sequence[int], weights: Sequence[int], parts: int) -> list[li
 
 #: The weight of a callee that is not a generated codelet written as LLVM IR (its source length is).
 _OTHER_WEIGHT = 2000
-PARTS_PER_THREAD = 2
+PARTS_PER_THREAD = 4
 """With more than one thread, the units to build are compiled in up to this many parts per thread (so a
-thread that finishes early takes another part); with one, in one part."""
+thread that finishes early takes another part); with one, in one part. why four, not two: source size
+tells LLVM's time for a part poorly (the Keras CNN's four parts of 8-10 codelets took 0.17-0.52 s of
+CPU each), and the part written last finished alone while the other thread idled; in eight, the CNN's
+codelets took the same CPU time (1.16 against 1.18 s) and its machine code 1.13-1.72 s (median 1.29)
+against 1.42-1.55 s (1.49) in two (four alternating cold runs each, 2-core Ice Lake VM)."""
 
 
 def balanced_parts(weights: Sequence[int], parts: int) -> list[int]:

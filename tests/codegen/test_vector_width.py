@@ -18,8 +18,10 @@ from popjit.codegen.render import WIDEST_VECTORS
 AVX512 = "+avx512f" in ll.get_host_cpu_features().flatten().split(",")
 
 SCRIPT = textwrap.dedent("""
+    import llvmlite.binding as llvm
     import numpy as np
     import popjit.tensorflow as tf
+    from popjit.codegen.compile import load_engine
     from popjit.codegen.render import WIDEST_VECTORS
 
     @tf.function(jit_compile=True)
@@ -28,13 +30,22 @@ SCRIPT = textwrap.dedent("""
 
     x = np.ones((512, 512), np.float32)
     f(x)
-    for name, r in f.get_concrete_function(x).executable("cpu").engine_source.codelets.items():
-        print(name, WIDEST_VECTORS in r.source)
+    src = f.get_concrete_function(x).executable("cpu").engine_source
+    # each codelet's symbol: a unit's (popjit.unit.<key>), found by the address the engine calls it at
+    (_, addresses, library), = load_engine(src)._linked.values()
+    symbols = {}
+    for serialized, loaded in library.unit_parts:
+        for fn in llvm.parse_bitcode(serialized[2][1]).functions:
+            if not fn.is_declaration and loaded.get_pointer_to_function(fn.name):
+                symbols[loaded.get_pointer_to_function(fn.name)] = fn.name
+    for callee, address in zip(src.callees, addresses):
+        if callee.name in src.codelets:
+            print(symbols[int(address)], WIDEST_VECTORS in src.codelets[callee.name].source)
 """)
 
 
 def _functions(assembly: str) -> dict[str, str]:
-    """Each function's assembly, by symbol (``k_<hash>.<n>`` for a codelet)."""
+    """Each function's assembly, by symbol (``popjit.unit.<key>`` for a codelet)."""
     found: dict[str, str] = {}
     current = None
     for line in assembly.splitlines():
@@ -57,8 +68,7 @@ def test__element_wise_codelets__use_512_bit_vectors_and_reductions_do_not(tmp_p
     wide = dict(line.split() for line in r.stdout.splitlines())
     functions = _functions(r.stderr.split("=== popjit: machine code of program library ", 1)[1])
     seen = set()
-    for symbol, body in functions.items():
-        name = symbol.split(".")[0]
+    for name, body in functions.items():
         if name in wide:
             seen.add(name)
             assert ("zmm" in body) == (wide[name] == "True"), f"{name} (element-wise: {wide[name]})"
