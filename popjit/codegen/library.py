@@ -412,7 +412,7 @@ class _Units:
         every unit in it is loaded."""
         if all(unit in self._group_of for unit in units):
             return
-        library = cpu_target.target_context.codegen().unserialize_library(serialized)
+        library = _unserialized(serialized)
         self._groups[group] = (tuple(units), serialized, library)
         for unit in units:
             self._group_of.setdefault(unit, group)
@@ -584,14 +584,20 @@ def _from_entry(entry: tuple) -> ProgramLibrary:
     return library
 
 
+def _unserialized(serialized: tuple) -> Any:
+    """A kept part (a code library's object) loaded into Numba's JIT, after registering Numba's run-time
+    (NRT) symbols, which its machine code may refer to (popjit's own gemm allocates its packed panels)."""
+    target = cpu_target.target_context
+    rtsys.initialize(target)
+    return target.codegen().unserialize_library(serialized)
+
+
 def _loaded(serialized: list[tuple], engine: str, names: list[str], environments: list[Any],
             compiled: int = 0, through_numba: int = 0) -> ProgramLibrary:
     """Load a program library's parts (object code and the bitcode naming their symbols) into Numba's
     JIT, as a library built in this process (``compiled`` functions, ``through_numba`` of them by
     Numba's pipeline) or read from the cache (none compiled)."""
-    target = cpu_target.target_context
-    rtsys.initialize(target)  # why: registers Numba's run-time (NRT) symbols the machine code refers to
-    libraries = [target.codegen().unserialize_library(part) for part in serialized]
+    libraries = [_unserialized(part) for part in serialized]
     _set_environments(libraries[0], environments)
     addresses = [libraries[0].get_pointer_to_function(n) for n in names]  # why: the JIT's symbols are process-wide
     return ProgramLibrary(libraries, libraries[0].get_pointer_to_function(engine), addresses, compiled,

@@ -121,3 +121,27 @@ def test__a_later_process__loads_the_units_from_disk_and_compiles_only_what_is_n
     for kept in ("units", "programs", "executables"):
         shutil.rmtree(generation / kept)
     assert _run(cache, 1) == (compiled, 0)
+
+
+OWN_GEMM = textwrap.dedent("""
+    import numpy as np
+    import popjit.tensorflow as tf
+
+    f = tf.function(lambda a, b: tf.nn.relu(tf.matmul(a, b)), jit_compile=True)
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((ROWS, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 200)).astype(np.float32)
+    np.testing.assert_allclose(f(a, b).numpy(), np.maximum(a.astype(np.float64) @ b, 0), rtol=1e-4, atol=1e-4)
+    print("ok")
+""")
+
+
+@pytest.mark.slow
+def test__own_gemm_units__load_in_a_later_process(tmp_path):
+    """popjit's own gemm allocates its packed panels with Numba's run-time (NRT): a later process that
+    loads it from the cache, as the same program or as a unit of a new one, must register NRT's symbols
+    first (it aborted in LLVM with 'Symbol not found: NRT_Free')."""
+    cache, env = tmp_path / "cache", {"POPJIT_MATMUL": "popjit", "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    for rows in (64, 64, 96):  # compiled; the program loaded; a new program whose units are loaded
+        out = run_program(OWN_GEMM.replace("ROWS", str(rows)), cache, check=False, **env)
+        assert out.returncode == 0 and out.stdout.split() == ["ok"], (rows, out.stderr[-2000:])
