@@ -52,11 +52,14 @@ SPLIT_MIN_ROWS = 1024
 #: 1.71-1.85 s split against 1.79-1.98 s on OpenBLAS's threads (the LSTM K2 and W1 unchanged).
 SPLIT_MIN_DEPTH = 2048
 #: With a pool whose workers spin when idle (:data:`~popjit.kernels.blas.POOL_SPINS`), every product of
-#: at least this many multiply-adds is split over it, and none runs on OpenBLAS's threads. why: waking
-#: a spinning worker costs about a microsecond, so even a recurrent layer's per-step products (2M) gain
-#: from a second core (the Keras LSTM K2 on a 2-core Zen 3: 3.16 s an epoch with workqueue and its
-#: rules, 2.31 s with OpenMP and this one).
-SPLIT_SPINNING_MACS = 1 << 20
+#: at least this many multiply-adds is split over it, in tasks of at least as many, and none runs on
+#: OpenBLAS's threads. why: waking a spinning worker costs about a microsecond, so even a recurrent
+#: layer's per-step products (2M) gain from a second core (the Keras LSTM K2 on a 2-core Zen 3: 3.16 s
+#: an epoch with workqueue and its rules, 2.31 s with OpenMP and this one). 2^19, not 2^20: the MLP W1's
+#: three 1M products per step then run on both cores instead of one, and its 100 steps took 30.6-33.3 ms
+#: (best calls of four runs) against 33.3-43.3 ms in five, on a 2-core Ice Lake VM; the Keras CNN's and
+#: LSTM's epochs were the same within that host's noise, and so was W1 beside a busy process.
+SPLIT_SPINNING_MACS = 1 << 19
 
 
 def splits_by_rows(m: int, n: int) -> bool:
