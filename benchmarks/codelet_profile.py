@@ -99,9 +99,13 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             perf.send_signal(2)
             perf.wait()
-        sort = "tid,sym" if args.threads else "sym"
-        report = subprocess.run(["perf", "report", "-i", str(data), "--stdio", "--sort", sort, "--percent-limit",
-                                 "0.3"], capture_output=True, text=True).stdout
+        sort = "pid,sym" if args.threads else "sym"  # why pid: perf names each thread by its id there
+        done = subprocess.run(["perf", "report", "-i", str(data), "--stdio", "--sort", sort, "--percent-limit",
+                               "0.3"], capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"perf report failed: {done.stderr.strip()}", file=sys.stderr)
+        return 1
+    report = done.stdout
     print(f"{problem.label}: {args.calls} calls sampled; {count} functions of popjit's program libraries mapped")
     lines = [ln for ln in report.splitlines() if ln.strip() and not ln.startswith("#")]
     print("\n".join(lines[:args.top]))
