@@ -130,4 +130,23 @@ def machine_summary() -> list[str]:
         f"machine: {cpu_model()}, {usable_cores()} usable cores ({os.cpu_count()} logical), "
         f"{platform.system()} {platform.release()}",
         f"python {platform.python_version()}; {versions}",
+        *threads_summary(),
     ]
+
+
+#: The environment variables that change how the BLAS and popjit's thread pool run.
+THREAD_VARIABLES = ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                    "NUMBA_THREADING_LAYER", "NUMBA_NUM_THREADS", "POPJIT_NUM_THREADS", "GOMP_SPINCOUNT")
+
+
+def threads_summary() -> list[str]:
+    """Lines describing NumPy's BLAS (which popjit's products call) and popjit's thread pool, with the
+    environment variables that change them (``GOMP_SPINCOUNT`` as popjit chose it when not set)."""
+    from popjit.kernels.blas import blas_description
+    from popjit.kernels.jit import threading_layer
+    from popjit.kernels.threads import threads_to_use
+
+    layer = threading_layer()  # why first: it sets GOMP_SPINCOUNT when the user did not
+    chosen = ", ".join(f"{k}={os.environ[k]}" for k in THREAD_VARIABLES if k in os.environ) or "none set"
+    return [f"blas: {blas_description()}",
+            f"popjit pool: {layer}, {threads_to_use()} threads; environment: {chosen}"]

@@ -38,6 +38,20 @@ def _numpy_openblas() -> ctypes.CDLL | None:
 _LIB = _numpy_openblas()
 
 
+def blas_description() -> str:
+    """NumPy's BLAS as it runs in this process: OpenBLAS's build configuration, the kernels it chose for
+    this CPU (``OPENBLAS_CORETYPE`` can force others) and its thread count."""
+    if _LIB is None or not hasattr(_LIB, "scipy_openblas_get_corename64_"):
+        return "not NumPy's bundled OpenBLAS (popjit calls NumPy for products)"
+    text = {}
+    for name in ("config", "corename"):
+        function = getattr(_LIB, f"scipy_openblas_get_{name}64_")
+        function.restype = ctypes.c_char_p
+        text[name] = function().decode()
+    threads = _LIB.scipy_openblas_get_num_threads64_()
+    return f"{text['config']}; {text['corename']} kernels; {threads} threads"
+
+
 def _bind() -> tuple[object, object, object] | None:
     lib = _LIB
     if lib is None or not hasattr(lib, "scipy_cblas_sgemm64_") or not hasattr(lib, "openblas_set_num_threads_local"):

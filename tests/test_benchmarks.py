@@ -6,6 +6,8 @@ table and the target ratios) and the fresh-process first-call protocol are.
 
 from __future__ import annotations
 
+import os
+import platform
 import subprocess
 import sys
 import threading
@@ -16,6 +18,7 @@ import numpy as np
 import pytest
 
 from benchmarks import firstcall, keras_workloads, pipeline_workloads, runner, timing, workloads
+from popjit.kernels import blas
 
 
 @pytest.mark.parametrize("n", [1, 7, 1000, 4097])
@@ -381,3 +384,22 @@ def test_pipeline_row_checks_against_numpy_and_stays_under_the_ideal(fresh_ipu_s
     assert row.ipu_samples_per_s > 0 and row.host_samples_per_s > 0
     lines = pipeline_workloads.table([row]).splitlines()
     assert lines[0].split()[:3] == ["schedule", "gac", "utilisation"] and lines[1].startswith("Grouped")
+
+
+@pytest.mark.skipif(blas._LIB is None or platform.machine() != "x86_64",
+                    reason="NumPy's bundled OpenBLAS on x86-64 (its Haswell kernels)")
+def test__machine_summary__names_the_blas_kernels_and_the_variables_that_chose_them():
+    """The issue's benchmark prints the BLAS configuration it ran under: a user's OPENBLAS_CORETYPE
+    changes OpenBLAS's kernels, and the summary says which ran (in a fresh process: OpenBLAS reads it once)."""
+    code = "from benchmarks.timing import machine_summary; print(*machine_summary(), sep='\\n')"
+    env = {**os.environ, "OPENBLAS_CORETYPE": "Haswell"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                         cwd=str(firstcall.ROOT))
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    (blas_line,) = [ln for ln in lines if ln.startswith("blas: ")]
+    (pool_line,) = [ln for ln in lines if ln.startswith("popjit pool: ")]
+    assert "OpenBLAS" in blas_line and "; Haswell kernels; " in blas_line, blas_line
+    assert "OPENBLAS_CORETYPE=Haswell" in pool_line and "GOMP_SPINCOUNT=" in pool_line, pool_line
+    here = [ln for ln in timing.machine_summary() if ln.startswith("blas: ")]
+    assert here == [f"blas: {blas.blas_description()}"]
