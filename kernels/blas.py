@@ -42,7 +42,7 @@ def blas_description() -> str:
     """NumPy's BLAS as it runs in this process: OpenBLAS's build configuration, the kernels it chose for
     this CPU (``OPENBLAS_CORETYPE`` can force others) and its thread count."""
     if _LIB is None or not hasattr(_LIB, "scipy_openblas_get_corename64_"):
-        return "not NumPy's bundled OpenBLAS (popjit calls NumPy for products)"
+        return "unknown: NumPy is not built on its bundled OpenBLAS (scipy-openblas)"
     text = {}
     for name in ("config", "corename"):
         function = getattr(_LIB, f"scipy_openblas_get_{name}64_")

@@ -190,14 +190,15 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
     machine (:class:`_Units`) and shared by every program that calls it with the same argument types, so
     a program of new sizes compiles only its engine and its new codelets. The units still to build are
     shared out over a few parts (:func:`balanced_parts`, :data:`PARTS_PER_THREAD` per thread), each
-    compiled into one object, a group of units, on a thread (:class:`~popjit.codegen.machine.PartCompiler`)
-    while the next is written. why not one object per unit: LLVM sets up its pass and code-emission pipelines per module
-    (8.7 ms for an empty one), and the Keras CNN's 43 units compiled one module each kept the LLVM
-    threads busy 0.6 s longer (3.0-3.4 s against 2.4-2.7 s, five cold compiles each). The callees
-    Numba's pipeline compiles (with run-time constants of their own) join a part that is the program's
-    alone. The engine is a part of its own, compiled first (while Numba's registries load and the
-    codelets are written) and without optimisation: it only sequences calls, and LLVM's passes and
-    optimised code emission took 0.9 s of CPU time for the Keras CNN's engine against 0.08 s without."""
+    compiled into one object, a group of units, on a thread
+    (:class:`~popjit.codegen.machine.PartCompiler`) while the next is written. why not one object per
+    unit: LLVM sets up its pass and code-emission pipelines per module (8.7 ms for an empty one), and
+    the Keras CNN's 43 units compiled one module each kept the LLVM threads busy 0.6 s longer (3.0-3.4 s
+    against 2.4-2.7 s, five cold compiles each). The callees Numba's pipeline compiles (with run-time
+    constants of their own) join a part that is the program's alone. The engine is a part of its own,
+    compiled first (while Numba's registries load and the codelets are written) and without
+    optimisation: it only sequences calls, and LLVM's passes and optimised code emission took 0.9 s of
+    CPU time for the Keras CNN's engine against 0.08 s without."""
     distinct = list({(id(fn), types): (name, fn, types) for (name, types), fn in zip(callees, functions)}.values())
     direct = _DirectCodelets() if config.get("DIRECT_CODELETS") else None
     sources = [_codelet_source(fn) if direct else None for _, fn, _ in distinct]
