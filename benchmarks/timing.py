@@ -135,13 +135,15 @@ def machine_summary() -> list[str]:
 
 
 #: The environment variables that change how the BLAS and popjit's thread pool run.
-THREAD_VARIABLES = ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                    "NUMBA_THREADING_LAYER", "NUMBA_NUM_THREADS", "POPJIT_NUM_THREADS", "GOMP_SPINCOUNT")
+THREAD_VARIABLES = ("OPENBLAS_CORETYPE", "POPJIT_OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                    "MKL_NUM_THREADS", "NUMBA_THREADING_LAYER", "NUMBA_NUM_THREADS", "POPJIT_NUM_THREADS",
+                    "GOMP_SPINCOUNT")
 
 
 def threads_summary() -> list[str]:
-    """Lines describing NumPy's BLAS (which popjit's products call) and popjit's thread pool, with the
-    environment variables that change them (``GOMP_SPINCOUNT`` as popjit chose it when not set)."""
+    """Lines describing the BLAS popjit's products call (and NumPy's kernels, when they differ) and
+    popjit's thread pool, with the environment variables that change them (``GOMP_SPINCOUNT`` as popjit
+    chose it when not set)."""
     from popjit.kernels.blas import blas_description
     from popjit.kernels.jit import threading_layer
     from popjit.kernels.threads import threads_to_use

@@ -5,6 +5,11 @@ exactly as fast as ``numpy.matmul``), and register them with LLVM as named symbo
 call them through ``numba.types.ExternalFunction``, which keeps compiled engines cacheable on
 disk. ``HAVE_CBLAS`` is False when NumPy was built against another BLAS; matmul then falls back
 to Numba's ``np.dot``.
+
+When the user's ``OPENBLAS_CORETYPE`` forces kernels other than the ones popjit's products should
+run (``POPJIT_OPENBLAS_CORETYPE``: by default the CPU's own), popjit loads a private copy of that
+OpenBLAS (:func:`_private_openblas`): NumPy keeps the kernels the user chose, popjit's products do not
+lose a quarter of their speed to them.
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import glob
+import hashlib
 import os
 import threading
+import warnings
 from collections.abc import Iterator
 
 import numpy as np
@@ -25,31 +32,119 @@ from .jit import pool_spins
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
 
-def _numpy_openblas() -> ctypes.CDLL | None:
+def _numpy_openblas_path() -> str | None:
     libs = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
-    for path in sorted(glob.glob(os.path.join(libs, "libscipy_openblas64*"))):
-        try:
-            return ctypes.CDLL(path)
-        except OSError:
-            continue
-    return None
+    found = sorted(glob.glob(os.path.join(libs, "libscipy_openblas64*")))
+    return found[0] if found else None
 
 
-_LIB = _numpy_openblas()
+def _numpy_openblas() -> ctypes.CDLL | None:
+    """NumPy's own OpenBLAS (loaded already: NumPy links it), or None when NumPy is built on another BLAS."""
+    path = _numpy_openblas_path()
+    try:
+        return ctypes.CDLL(path) if path else None
+    except OSError:
+        return None
+
+
+def _coretype_wanted(user: str | None) -> str | None:
+    """The ``OPENBLAS_CORETYPE`` popjit's products should run under (None: OpenBLAS's choice from the
+    CPU), or ``user``'s own setting when NumPy's library already runs them that way."""
+    wanted = config.get("OPENBLAS_CORETYPE")
+    if wanted == "numpy":
+        return user
+    return wanted
+
+
+def _private_openblas(path: str, coretype: str | None) -> ctypes.CDLL:
+    """A second copy of the OpenBLAS at ``path``, loaded with ``OPENBLAS_CORETYPE`` set to ``coretype``
+    (or unset). why a copy: OpenBLAS reads the variable once, when it is loaded, and the dynamic loader
+    gives the same library back for the same file; a copy is a library of its own, with its own kernels
+    and thread count, and NumPy's keeps the user's. The copy is kept in popjit's cache directory (one
+    per OpenBLAS build and popjit version, removed by ``popjit cache clear``), else, when that cannot be
+    written, in an anonymous in-memory file."""
+    saved = os.environ.pop("OPENBLAS_CORETYPE", None)
+    if coretype is not None:
+        os.environ["OPENBLAS_CORETYPE"] = coretype
+    try:
+        return ctypes.CDLL(_kept_copy(path) or _memory_copy(path))
+    finally:
+        os.environ.pop("OPENBLAS_CORETYPE", None)
+        if saved is not None:
+            os.environ["OPENBLAS_CORETYPE"] = saved
+
+
+def _kept_copy(path: str) -> str | None:
+    """The cached copy of the library at ``path`` (written if missing), or None without a usable cache."""
+    from .jit import atomic_write, generation_dir, usable_dir
+
+    st = os.stat(path)
+    tag = hashlib.sha256(f"{os.path.realpath(path)} {st.st_size} {st.st_mtime_ns}".encode()).hexdigest()[:12]
+    try:
+        directory = generation_dir() / "openblas"
+        if not usable_dir(directory):
+            return None
+        copy = directory / f"{tag}-{os.path.basename(path)}"
+        if not copy.exists() or copy.stat().st_size != st.st_size:
+            with open(path, "rb") as f:
+                atomic_write(copy, f.read())
+    except (OSError, ValueError):  # why ValueError: a malformed TF_POPLAR_FLAGS names the cache too
+        return None
+    return str(copy)
+
+
+def _memory_copy(path: str) -> str:
+    """A copy of the library at ``path`` in an anonymous in-memory file, as a path the loader can open."""
+    fd = os.memfd_create(os.path.basename(path))
+    with open(path, "rb") as f:
+        os.write(fd, f.read())
+    return f"/proc/self/fd/{fd}"
+
+
+def _popjit_openblas(numpy_lib: ctypes.CDLL | None) -> ctypes.CDLL | None:
+    """The OpenBLAS popjit's products call: NumPy's own (``numpy_lib``), unless the kernels it runs are
+    not the ones ``POPJIT_OPENBLAS_CORETYPE`` asks for (by default the CPU's, whatever
+    ``OPENBLAS_CORETYPE`` says); then a private copy (:func:`_private_openblas`)."""
+    path = _numpy_openblas_path()
+    if numpy_lib is None or config.get("DISABLE_NUMBA"):
+        return numpy_lib
+    user = os.environ.get("OPENBLAS_CORETYPE") or None
+    wanted = _coretype_wanted(user)
+    if wanted == user:
+        return numpy_lib
+    try:
+        return _private_openblas(path, wanted)
+    except OSError as e:
+        warnings.warn(f"popjit could not load its own copy of NumPy's OpenBLAS ({e}); its products run on NumPy's, "
+                      f"with OPENBLAS_CORETYPE={user}'s kernels", RuntimeWarning, stacklevel=2)
+        return numpy_lib
+
+
+_NUMPY_LIB = _numpy_openblas()
+_LIB = _popjit_openblas(_NUMPY_LIB)
+
+
+def _describe(lib: ctypes.CDLL) -> dict[str, str]:
+    text = {}
+    for name in ("config", "corename"):
+        function = getattr(lib, f"scipy_openblas_get_{name}64_")
+        function.restype = ctypes.c_char_p
+        text[name] = function().decode()
+    return text
 
 
 def blas_description() -> str:
-    """NumPy's BLAS as it runs in this process: OpenBLAS's build configuration, the kernels it chose for
-    this CPU (``OPENBLAS_CORETYPE`` can force others) and its thread count."""
+    """The BLAS popjit's products call, as it runs in this process: OpenBLAS's build configuration, the
+    kernels it chose for this CPU, its thread count, and NumPy's kernels when they differ (the user's
+    ``OPENBLAS_CORETYPE`` forced them, and popjit runs a private copy with its own)."""
     if _LIB is None or not hasattr(_LIB, "scipy_openblas_get_corename64_"):
         return "unknown: NumPy is not built on its bundled OpenBLAS (scipy-openblas)"
-    text = {}
-    for name in ("config", "corename"):
-        function = getattr(_LIB, f"scipy_openblas_get_{name}64_")
-        function.restype = ctypes.c_char_p
-        text[name] = function().decode()
+    text = _describe(_LIB)
     threads = _LIB.scipy_openblas_get_num_threads64_()
-    return f"{text['config']}; {text['corename']} kernels; {threads} threads"
+    line = f"{text['config']}; {text['corename']} kernels; {threads} threads"
+    if _LIB is not _NUMPY_LIB:
+        line += f" (popjit's own copy; NumPy's runs {_describe(_NUMPY_LIB)['corename']} kernels)"
+    return line
 
 
 def _bind() -> tuple[object, object, object] | None:

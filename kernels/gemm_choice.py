@@ -32,7 +32,7 @@ import numpy as np
 from popjit import config
 
 from .blas import HAVE_CBLAS, SERIAL_GEMM_MACS
-from .jit import atomic_write, cache_root, fingerprint, usable_dir
+from .jit import atomic_write, generation_dir, usable_dir
 from .threads import threads_to_use
 
 #: How much faster (a ratio of times) the own kernel must be to be chosen.
@@ -95,7 +95,7 @@ def _timed_shape(batch: int, m: int, n: int, k: int) -> tuple[int, int, int, int
 
 def choice_path() -> Path | None:
     """The file of this machine's measured choices (None without a usable cache directory)."""
-    directory = cache_root() / f"gen-{fingerprint()}"
+    directory = generation_dir()
     if not usable_dir(directory):
         return None
     return directory / f"gemm-choice-{llvm.get_host_cpu_name()}-{threads_to_use()}.json"

@@ -216,9 +216,15 @@ def fingerprint() -> str:
     return h.hexdigest()[:12]
 
 
+def generation_dir() -> Path:
+    """The cache directory of this popjit and Numba version (``gen-<fingerprint>``): every kept file whose
+    meaning depends on the code generator lives under it, and ``popjit cache clear`` removes it whole."""
+    return cache_root() / f"gen-{fingerprint()}"
+
+
 def machine_code_dir() -> Path:
     """Where Numba keeps compiled machine code for popjit's codelets (this popjit/Numba version)."""
-    return cache_root() / f"gen-{fingerprint()}" / "numba"
+    return generation_dir() / "numba"
 
 
 class CacheWarning(UserWarning):

@@ -41,6 +41,13 @@ def _matmul(s: str) -> str:
     return choice
 
 
+def _coretype(s: str) -> str | None:
+    name = s.strip()
+    if name and not name.replace("_", "").isalnum():
+        raise ValueError(f"POPJIT_OPENBLAS_CORETYPE={s!r}: use numpy or an OpenBLAS kernel name such as Haswell")
+    return (name.lower() if name.lower() == "numpy" else name) or None
+
+
 @dataclass(frozen=True)
 class Setting:
     """One setting: its environment variable, parser, default and meaning."""
@@ -76,6 +83,11 @@ SETTINGS: dict[str, Setting] = {
                 "float matmuls: blas (the system BLAS), popjit (popjit's own gemm), auto (the own gemm where it "
                 "measured faster than the BLAS on this machine; not the default: a choice measured again after "
                 "the cache is emptied may differ, and with it a result's last bits)"),
+        Setting("OPENBLAS_CORETYPE", _coretype, None,
+                "the OpenBLAS kernels popjit's float matmuls run (unset: the CPU's own, whatever the user's "
+                "OPENBLAS_CORETYPE forces on NumPy; popjit then loads a private copy of NumPy's OpenBLAS, kept in "
+                "the cache directory); a kernel name such as Haswell or SkylakeX; numpy: NumPy's, as "
+                "OPENBLAS_CORETYPE configured them. Read once, when popjit's kernels are imported"),
         Setting("IMPLICIT_GEMM", _bool, False,
                 "1: a float matmul operand written by one element-wise kernel and read only by matmuls (a "
                 "convolution's patches) is computed while popjit's own gemm packs it, never stored (0: stored, "

@@ -35,7 +35,7 @@ from popjit.codegen.native import NativeEngine, engine_module
 from popjit.codegen.phases import CompileProgress, Phases, codelets_note
 from popjit.codegen.render import HEADER, SERIAL, Rendered
 from popjit.kernels.blas import blas_threads
-from popjit.kernels.jit import atomic_write, cache_root, fingerprint, start_parallel_runtime, usable_dir, warn_once
+from popjit.kernels.jit import atomic_write, generation_dir, start_parallel_runtime, usable_dir, warn_once
 
 PACKAGE = "popjit_gen"
 
@@ -47,7 +47,7 @@ _LOAD_LOCK = threading.RLock()
 def generated_dir() -> Path | None:
     """The directory holding generated modules (one per popjit/Numba version), or None when the cache
     directory cannot be written (then modules load from memory; one warning says so)."""
-    directory = cache_root() / f"gen-{fingerprint()}" / PACKAGE
+    directory = generation_dir() / PACKAGE
     return directory if usable_dir(directory) else None
 
 

@@ -58,7 +58,7 @@ from popjit.codegen.direct import Unsupported, emit_codelet
 from popjit.codegen.machine import ObjectCode, Part, PartCompiler
 from popjit.codegen.render import WIDEST_VECTORS
 from popjit.errors import InternalError
-from popjit.kernels.jit import cache_root, discard_entry, fingerprint, keep_entry, read_entry, usable_dir, warn_once
+from popjit.kernels.jit import discard_entry, fingerprint, generation_dir, keep_entry, read_entry, usable_dir, warn_once
 from popjit.kernels.threads import threads_to_use
 
 _log = logging.getLogger("popjit")
@@ -119,7 +119,7 @@ def library_key(engine: str, callees: Sequence[tuple[str, tuple]]) -> str:
 
 def library_path(key: str) -> Path | None:
     """Where the library of ``key`` is cached (None without a usable cache directory)."""
-    directory = cache_root() / f"gen-{fingerprint()}" / "programs"
+    directory = generation_dir() / "programs"
     return directory / f"{key}.lib" if usable_dir(directory) else None
 
 
@@ -434,7 +434,7 @@ class _Units:
 
     @staticmethod
     def _directory() -> Path | None:
-        directory = cache_root() / f"gen-{fingerprint()}" / "units"
+        directory = generation_dir() / "units"
         return directory if usable_dir(directory) else None
 
 

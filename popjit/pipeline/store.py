@@ -48,7 +48,7 @@ import llvmlite.binding as llvm
 import popjit
 from popjit import config
 from popjit.flags import poplar_flags
-from popjit.kernels.jit import cache_root, executable_cache_dir, fingerprint, keep_entry, read_entry, usable_dir
+from popjit.kernels.jit import executable_cache_dir, generation_dir, keep_entry, read_entry, usable_dir
 from popjit.kernels.threads import threads_to_use
 
 _log = logging.getLogger("popjit")
@@ -121,7 +121,7 @@ def executables_dir() -> Path:
     """Where programs are kept: the ``--executable_cache_path`` directory, else the generation's
     ``executables`` directory under ``POPJIT_CACHE_DIR``."""
     flagged = executable_cache_dir()
-    return flagged if flagged is not None else cache_root() / f"gen-{fingerprint()}" / "executables"
+    return flagged if flagged is not None else generation_dir() / "executables"
 
 
 def executable_path(key: str) -> Path | None:

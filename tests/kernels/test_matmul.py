@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not blas.HAVE_CBLAS, reason="NumPy's OpenBLAS is
 
 def thread_local_count(n: int) -> int:
     """Set this thread's OpenBLAS thread count to ``n``; the previous count."""
-    lib = blas._numpy_openblas()
+    lib = blas._LIB
     assert lib is not None
     return int(ctypes.c_int(lib.openblas_set_num_threads_local(n)).value)
 
