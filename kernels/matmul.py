@@ -9,7 +9,6 @@ asks: NaN on overflow, stochastically).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from .bits import f16_to_f32, f32_to_f16
@@ -28,6 +27,24 @@ from .jit import codelet
 from .rounding import f32_to_f16_nanoo, f32_to_f16_sr, f32_to_f16_sr_nanoo, sr_base, sr_bits
 
 if HAVE_CBLAS:
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def pool_threads(typingctx):
+        """The calling thread's count of popjit's pool threads (Numba's ``get_num_threads``), called by the
+        runtime's symbol name. why not ``numba.get_num_threads()``: its nopython form calls the runtime
+        through a ctypes pointer whose address is compiled in as a constant, so machine code kept in
+        popjit's cache called a stale address in the next process (a segmentation fault), and Numba
+        refused to cache the codelets that use it."""
+
+        def codegen(context, builder, signature, args):
+            function = builder.module.globals.get("get_num_threads") or ir.Function(
+                builder.module, ir.FunctionType(ir.IntType(32), []), "get_num_threads")
+            return builder.call(function, [])
+
+        return types.int32(), codegen
 
     @codelet
     def _threads_for(m, n, k):
@@ -42,7 +59,7 @@ if HAVE_CBLAS:
         own thread changes it, here, while no split product runs."""
         if POOL_SPINS or m * n * k < SERIAL_GEMM_MACS:
             return 0
-        return set_threads_local(numba.get_num_threads())
+        return set_threads_local(pool_threads())
 
     @codelet
     def _restore_threads(previous):

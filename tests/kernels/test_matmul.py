@@ -5,6 +5,9 @@ they found it."""
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -39,3 +42,33 @@ def test__gemm__equals_numpy_and_restores_the_thread_count(dtype, m, n, k, ta, t
         thread_local_count(before)
     np.testing.assert_allclose(out, want, rtol=1e-4 if dtype == np.float32 else 1e-12, atol=1e-4)
     assert (m * n * k < blas.SERIAL_GEMM_MACS) == (m * n * k <= 32 * 512 * 128)
+
+
+#: A program whose one product runs on OpenBLAS's own threads under ``workqueue`` (at least
+#: ``BLAS_THREADS_MACS``), the count of Numba's pool threads read by the codelet itself.
+LARGE_PRODUCT = """
+import numpy as np
+import popjit.tensorflow as tf
+from popjit.kernels import blas, matmul
+a = np.random.default_rng(0).uniform(-1, 1, (512, 512)).astype(np.float32)
+assert 512 ** 3 >= blas.BLAS_THREADS_MACS and not blas.POOL_SPINS
+got = tf.function(lambda x: tf.matmul(x, x), jit_compile=True)(a).numpy()
+print(float(np.max(np.abs(got - a.astype(np.float64) @ a))), matmul.matmul_f32.stats.cache_misses.total())
+"""
+
+
+@pytest.mark.slow
+def test__a_product_on_openblas_threads__runs_from_the_cache_in_a_later_process(tmp_path) -> None:
+    """The codelet that gives a large product OpenBLAS's threads reads the pool's thread count by the
+    runtime's symbol: read through Numba's ``get_num_threads``, the address of a ctypes pointer was
+    compiled into the cached program, and the next process crashed calling it; Numba would not cache
+    the matmul codelets either (so the later process compiles none of them)."""
+    env = {**os.environ, "NUMBA_THREADING_LAYER": "workqueue", "POPJIT_CACHE_DIR": str(tmp_path / "cache"),
+           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    env.pop("TF_POPLAR_FLAGS", None)
+    runs = [subprocess.run([sys.executable, "-c", LARGE_PRODUCT], capture_output=True, text=True, env=env,
+                           timeout=600) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert float(run.stdout.split()[0]) < 1e-3
+    assert runs[1].stdout.split()[1] == "0", "the later process compiled the matmul codelet again"
