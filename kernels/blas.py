@@ -216,9 +216,9 @@ def blas_threads(count: int) -> Iterator[None]:
 
 
 #: Whether popjit's pool's workers spin when idle (:func:`~popjit.kernels.jit.pool_spins`: OpenMP's,
-#: the default, or TBB's; not ``NUMBA_THREADING_LAYER=workqueue``). Then every gemm call runs on its
-#: calling thread alone, and the engine splits every product of
-#: :data:`~popjit.kernels.blas_split.SPLIT_SPINNING_MACS` or more over the pool. why: OpenBLAS's own
+#: the default, or TBB's; not ``NUMBA_THREADING_LAYER=workqueue``). Then a gemm call runs on its
+#: calling thread alone (below :data:`SPINNING_BLAS_THREADS_MACS`), and the engine splits every product
+#: of :data:`~popjit.kernels.blas_split.SPLIT_SPINNING_MACS` or more over the pool. why: OpenBLAS's own
 #: threads busy-wait too, and the two pools' spinners fight over the cores (a training step alternates
 #: them about ten times: 4.5x slower on 2 cores).
 POOL_SPINS = pool_spins()
@@ -239,3 +239,14 @@ SERIAL_GEMM_MACS = 1 << 22
 #: Above this, OpenBLAS's threads sharing packed panels are 30% faster than separate calls on a
 #: quiet host (the MLP W2's 200M-268M products: 1.75 s against 2.3-2.7 s for 100 steps).
 BLAS_THREADS_MACS = 1 << 27
+
+#: Beside a spinning pool (:data:`POOL_SPINS`), a gemm of at least this many multiply-adds still runs on
+#: OpenBLAS's own threads, not split over popjit's. why: its threads share one packed copy of the operand
+#: a split does not cut, where each of a split's serial pieces packs all of it (the 1024^3 product's
+#: ``sgemm_itcopy``/``sgemm_oncopy``, ~8% of its time split). Such a product lasts milliseconds, so the
+#: two pools' spinners overlap for a small part of it. On a 2-core Ice Lake VM, three alternating runs:
+#: the 1024^3 product at 0.92-0.95x NumPy's (median calls) against 0.72-0.88x split; an MLP of 1024-row
+#: batches and 1024-wide layers (four products of 0.8-1.1G per step) 1.08-1.31 s for 20 steps against
+#: 1.29-1.39 s, but beside one busy process 2.3-2.5 s against 2.1-2.2 s. Below it, W2's 200M-268M
+#: products on OpenBLAS's threads took 1.87 s against 1.41-1.53 s split.
+SPINNING_BLAS_THREADS_MACS = 1 << 29

@@ -9,9 +9,10 @@ are shared (with other processes, or with popjit's own workers on the next paral
 waits for a descheduled spinner (the numbers are at ``BLAS_THREADS_MACS``). Larger products keep
 OpenBLAS's threads, which share packed panels and are faster there on a quiet host.
 
-With a pool whose workers spin when idle (OpenMP's, popjit's default, or TBB's), OpenBLAS's threads
-are never used (the two pools would fight over the cores) and every product of
-:data:`SPLIT_SPINNING_MACS` or more is split.
+With a pool whose workers spin when idle (OpenMP's, popjit's default, or TBB's), every product of
+:data:`SPLIT_SPINNING_MACS` or more is split, and OpenBLAS's threads are used only for products of
+:data:`~popjit.kernels.blas.SPINNING_BLAS_THREADS_MACS` or more (the two pools' spinners fight over the
+cores, for a small part of so long a product).
 
 Instead the engine splits the product like any parallel codelet (:mod:`popjit.codegen.native`):
 ``C`` is cut into blocks of :data:`BLOCK` rows (when it has at least as many rows as columns) or
@@ -28,6 +29,7 @@ from .blas import (
     HAVE_CBLAS,
     POOL_SPINS,
     SERIAL_GEMM_MACS,
+    SPINNING_BLAS_THREADS_MACS,
 )
 from .jit import codelet
 
@@ -79,11 +81,12 @@ def blas_split(batch: int, m: int, n: int, k: int, spins: bool = POOL_SPINS) -> 
     ``SERIAL_GEMM_MACS`` to ``BLAS_THREADS_MACS``, tall or deep, are split; smaller ones run serially,
     larger ones and short shallow ones on OpenBLAS's threads. With one whose workers spin (``spins``,
     :data:`~popjit.kernels.blas.POOL_SPINS`): every product of ``SPLIT_SPINNING_MACS`` or more is split,
-    and smaller ones run serially. Each task gets at least that threshold's multiply-adds."""
+    smaller ones run serially, and those whose entries have ``SPINNING_BLAS_THREADS_MACS`` or more on
+    OpenBLAS's threads. Each task gets at least that threshold's multiply-adds."""
     macs = batch * m * n * k
     if spins:
         least = SPLIT_SPINNING_MACS
-        split = macs >= least
+        split = least <= macs and m * n * k < SPINNING_BLAS_THREADS_MACS  # why m*n*k: matmul decides per entry
     else:
         least = SERIAL_GEMM_MACS
         split = SERIAL_GEMM_MACS <= macs < BLAS_THREADS_MACS and (m >= SPLIT_MIN_ROWS or k >= SPLIT_MIN_DEPTH)

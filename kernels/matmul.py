@@ -18,12 +18,13 @@ from .blas import (
     POOL_SPINS,
     ROW_MAJOR,
     SERIAL_GEMM_MACS,
+    SPINNING_BLAS_THREADS_MACS,
     TRANS,
     cblas_dgemm,
     cblas_sgemm,
     set_threads_local,
 )
-from .jit import codelet
+from .jit import codelet, start_parallel_runtime
 from .rounding import f32_to_f16_nanoo, f32_to_f16_sr, f32_to_f16_sr_nanoo, sr_base, sr_bits
 
 if HAVE_CBLAS:
@@ -37,7 +38,9 @@ if HAVE_CBLAS:
         runtime's symbol name. why not ``numba.get_num_threads()``: its nopython form calls the runtime
         through a ctypes pointer whose address is compiled in as a constant, so machine code kept in
         popjit's cache called a stale address in the next process (a segmentation fault), and Numba
-        refused to cache the codelets that use it."""
+        refused to cache the codelets that use it. The runtime must be running
+        (:func:`~popjit.kernels.jit.start_parallel_runtime`: engines start it before they load)."""
+        start_parallel_runtime()
 
         def codegen(context, builder, signature, args):
             function = builder.module.globals.get("get_num_threads") or ir.Function(
@@ -48,16 +51,16 @@ if HAVE_CBLAS:
 
     @codelet
     def _threads_for(m, n, k):
-        """Put a gemm of ``m*n*k`` multiply-adds on OpenBLAS's own threads if it belongs there: never
-        beside popjit's spinning pool (:data:`~popjit.kernels.blas.POOL_SPINS`), from
-        :data:`~popjit.kernels.blas.SERIAL_GEMM_MACS` beside a sleeping one. Returns the count to
-        restore after it (0: nothing changed).
+        """Put a gemm of ``m*n*k`` multiply-adds on OpenBLAS's own threads if it belongs there: from
+        :data:`~popjit.kernels.blas.SPINNING_BLAS_THREADS_MACS` beside popjit's spinning pool
+        (:data:`~popjit.kernels.blas.POOL_SPINS`), from :data:`~popjit.kernels.blas.SERIAL_GEMM_MACS`
+        beside a sleeping one. Returns the count to restore after it (0: nothing changed).
 
         An engine runs with OpenBLAS's count at 1 (:func:`popjit.codegen.compile.Engine.__call__`), so
         every other gemm is serial, as the pieces of a split product on popjit's threads must be. The
         count is the process's (:data:`~popjit.kernels.blas.set_threads_local`), so only the engine's
         own thread changes it, here, while no split product runs."""
-        if POOL_SPINS or m * n * k < SERIAL_GEMM_MACS:
+        if m * n * k < (SPINNING_BLAS_THREADS_MACS if POOL_SPINS else SERIAL_GEMM_MACS):
             return 0
         return set_threads_local(pool_threads())
 

@@ -9,10 +9,12 @@ import os
 import subprocess
 import sys
 
+import numba
 import numpy as np
 import pytest
 
 from popjit.kernels import blas, matmul
+from popjit.kernels.jit import start_parallel_runtime
 
 pytestmark = pytest.mark.skipif(not blas.HAVE_CBLAS, reason="NumPy's OpenBLAS is not available")
 
@@ -47,9 +49,11 @@ def test__gemm__equals_numpy_and_restores_the_thread_count(dtype, m, n, k, ta, t
 #: A program whose one product runs on OpenBLAS's own threads under ``workqueue`` (at least
 #: ``BLAS_THREADS_MACS``), the count of Numba's pool threads read by the codelet itself.
 LARGE_PRODUCT = """
+import numba
 import numpy as np
 import popjit.tensorflow as tf
 from popjit.kernels import blas, matmul
+from popjit.kernels.jit import start_parallel_runtime
 a = np.random.default_rng(0).uniform(-1, 1, (512, 512)).astype(np.float32)
 assert 512 ** 3 >= blas.BLAS_THREADS_MACS and not blas.POOL_SPINS
 got = tf.function(lambda x: tf.matmul(x, x), jit_compile=True)(a).numpy()
@@ -72,3 +76,22 @@ def test__a_product_on_openblas_threads__runs_from_the_cache_in_a_later_process(
         assert run.returncode == 0, run.stderr[-3000:]
         assert float(run.stdout.split()[0]) < 1e-3
     assert runs[1].stdout.split()[1] == "0", "the later process compiled the matmul codelet again"
+
+
+@pytest.mark.parametrize("m,n,k", [(1024, 1024, 512), (1024, 1024, 511), (64, 64, 64)])
+def test__which_gemms_take_openblas_threads(m, n, k) -> None:
+    """Beside a spinning pool, only the largest products (``SPINNING_BLAS_THREADS_MACS``) get OpenBLAS's
+    threads, as many as popjit's pool has; beside a sleeping one, those from ``SERIAL_GEMM_MACS``."""
+    least = blas.SPINNING_BLAS_THREADS_MACS if blas.POOL_SPINS else blas.SERIAL_GEMM_MACS
+    start_parallel_runtime()  # as an engine does before it runs
+    before = thread_local_count(1)
+    try:
+        previous = matmul._threads_for(m, n, k)
+        count = thread_local_count(1)
+        matmul._restore_threads(previous)
+    finally:
+        thread_local_count(before)
+    if m * n * k >= least:
+        assert (previous, count) == (1, numba.get_num_threads())
+    else:
+        assert (previous, count) == (0, 1)
