@@ -6,19 +6,22 @@ call them through ``numba.types.ExternalFunction``, which keeps compiled engines
 disk. ``HAVE_CBLAS`` is False when NumPy was built against another BLAS; matmul then falls back
 to Numba's ``np.dot``.
 
-When the user's ``OPENBLAS_CORETYPE`` forces kernels other than the ones popjit's products should
-run (``POPJIT_OPENBLAS_CORETYPE``: by default the CPU's own), popjit loads a private copy of that
-OpenBLAS (:func:`_private_openblas`): NumPy keeps the kernels the user chose, popjit's products do not
-lose a quarter of their speed to them.
+popjit loads a private copy of that OpenBLAS (:func:`_private_openblas`) when the user's
+``OPENBLAS_CORETYPE`` forces kernels other than the ones popjit's products should run
+(``POPJIT_OPENBLAS_CORETYPE``: by default the CPU's own), so that NumPy keeps the kernels the user
+chose and popjit's products do not lose a quarter of their speed to them; and beside popjit's spinning
+pool on a quiet host, so that its largest products can use OpenBLAS's threads with a timeout that puts
+them to sleep as soon as a product is done (:data:`BLAS_THREADS_FROM`).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import glob
-import hashlib
 import os
+import tempfile
 import threading
 import warnings
 from collections.abc import Iterator
@@ -27,7 +30,7 @@ import numpy as np
 
 from popjit import config
 
-from .jit import pool_spins
+from .jit import host_is_quiet, pool_spins
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
@@ -56,72 +59,139 @@ def _coretype_wanted(user: str | None) -> str | None:
     return wanted
 
 
-def _private_openblas(path: str, coretype: str | None) -> ctypes.CDLL:
+def _private_openblas(path: str, coretype: str | None, thread_timeout: int | None) -> ctypes.CDLL:
     """A second copy of the OpenBLAS at ``path``, loaded with ``OPENBLAS_CORETYPE`` set to ``coretype``
-    (or unset). why a copy: OpenBLAS reads the variable once, when it is loaded, and the dynamic loader
-    gives the same library back for the same file; a copy is a library of its own, with its own kernels
-    and thread count, and NumPy's keeps the user's. The copy is kept in popjit's cache directory (one
-    per OpenBLAS build and popjit version, removed by ``popjit cache clear``), else, when that cannot be
-    written, in an anonymous in-memory file."""
-    saved = os.environ.pop("OPENBLAS_CORETYPE", None)
-    if coretype is not None:
-        os.environ["OPENBLAS_CORETYPE"] = coretype
+    and ``OPENBLAS_THREAD_TIMEOUT`` to ``thread_timeout`` (None: unset). why a copy: OpenBLAS reads them
+    once, when it is loaded, and the dynamic loader gives the same library back for the same file; a
+    copy is a library of its own, with its own kernels, threads and thread count, and NumPy's keeps the
+    user's settings. The copy is made in memory (:func:`_memory_copy`)."""
+    with _environment(OPENBLAS_CORETYPE=coretype,
+                      OPENBLAS_THREAD_TIMEOUT=None if thread_timeout is None else str(thread_timeout)):
+        return ctypes.CDLL(_memory_copy(path))
+
+
+@contextlib.contextmanager
+def _environment(**values: str | None) -> Iterator[None]:
+    """The block runs with the environment variables ``values`` set (None: unset), restored after."""
+    saved = {name: os.environ.pop(name, None) for name in values}
+    os.environ.update({name: value for name, value in values.items() if value is not None})
     try:
-        return ctypes.CDLL(_kept_copy(path) or _memory_copy(path))
+        yield
     finally:
-        os.environ.pop("OPENBLAS_CORETYPE", None)
-        if saved is not None:
-            os.environ["OPENBLAS_CORETYPE"] = saved
-
-
-def _kept_copy(path: str) -> str | None:
-    """The cached copy of the library at ``path`` (written if missing), or None without a usable cache."""
-    from .jit import atomic_write, generation_dir, usable_dir
-
-    st = os.stat(path)
-    tag = hashlib.sha256(f"{os.path.realpath(path)} {st.st_size} {st.st_mtime_ns}".encode()).hexdigest()[:12]
-    try:
-        directory = generation_dir() / "openblas"
-        if not usable_dir(directory):
-            return None
-        copy = directory / f"{tag}-{os.path.basename(path)}"
-        if not copy.exists() or copy.stat().st_size != st.st_size:
-            with open(path, "rb") as f:
-                atomic_write(copy, f.read())
-    except (OSError, ValueError):  # why ValueError: a malformed TF_POPLAR_FLAGS names the cache too
-        return None
-    return str(copy)
+        for name, value in saved.items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
 
 
 def _memory_copy(path: str) -> str:
-    """A copy of the library at ``path`` in an anonymous in-memory file, as a path the loader can open."""
-    fd = os.memfd_create(os.path.basename(path))
+    """A copy of the library at ``path`` in an anonymous in-memory file (a temporary file, deleted when
+    the process ends, where there are none), as a path the loader can open. why not a file in popjit's
+    cache: the copy is made as popjit's kernels are imported, which every ``popjit`` command does, so it
+    would come back right after ``popjit cache clear``; copying from the page cache takes 15-30 ms."""
     with open(path, "rb") as f:
-        os.write(fd, f.read())
-    return f"/proc/self/fd/{fd}"
+        data = f.read()
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create(os.path.basename(path))
+        with os.fdopen(fd, "wb", closefd=False) as copy:
+            copy.write(data)
+        return f"/proc/self/fd/{fd}"
+    with tempfile.NamedTemporaryFile(suffix=os.path.basename(path), delete=False) as copy:
+        copy.write(data)
+    atexit.register(os.unlink, copy.name)
+    return copy.name
 
 
-def _popjit_openblas(numpy_lib: ctypes.CDLL | None) -> ctypes.CDLL | None:
+def _popjit_openblas(numpy_lib: ctypes.CDLL | None, thread_timeout: int | None) -> ctypes.CDLL | None:
     """The OpenBLAS popjit's products call: NumPy's own (``numpy_lib``), unless the kernels it runs are
     not the ones ``POPJIT_OPENBLAS_CORETYPE`` asks for (by default the CPU's, whatever
-    ``OPENBLAS_CORETYPE`` says); then a private copy (:func:`_private_openblas`)."""
+    ``OPENBLAS_CORETYPE`` says) or its threads should sleep after ``thread_timeout`` (a power of two of
+    cycles, :data:`OWN_THREAD_TIMEOUT`); then a private copy (:func:`_private_openblas`)."""
     path = _numpy_openblas_path()
     if numpy_lib is None or config.get("DISABLE_NUMBA"):
         return numpy_lib
     user = os.environ.get("OPENBLAS_CORETYPE") or None
     wanted = _coretype_wanted(user)
-    if wanted == user:
+    if wanted == user and thread_timeout is None:
         return numpy_lib
     try:
-        return _private_openblas(path, wanted)
+        return _private_openblas(path, wanted, thread_timeout)
     except OSError as e:
         warnings.warn(f"popjit could not load its own copy of NumPy's OpenBLAS ({e}); its products run on NumPy's, "
                       f"with OPENBLAS_CORETYPE={user}'s kernels", RuntimeWarning, stacklevel=2)
         return numpy_lib
 
 
+#: Whether popjit's pool's workers spin when idle (:func:`~popjit.kernels.jit.pool_spins`: OpenMP's,
+#: the default, or TBB's; not ``NUMBA_THREADING_LAYER=workqueue``). Then a gemm call runs on its
+#: calling thread alone (below :data:`BLAS_THREADS_FROM`), and the engine splits every product
+#: of :data:`~popjit.kernels.blas_split.SPLIT_SPINNING_MACS` or more over the pool. why: OpenBLAS's own
+#: threads busy-wait too, and the two pools' spinners fight over the cores (a training step alternates
+#: them about ten times: 4.5x slower on 2 cores).
+POOL_SPINS = pool_spins()
+
+#: ``OPENBLAS_THREAD_TIMEOUT`` of popjit's own copy of OpenBLAS beside a spinning pool on a quiet host:
+#: its threads sleep as soon as a product is done (2^4 cycles; OpenBLAS's default is 2^28, about 0.1 s
+#: of spinning), so they do not spin while popjit's pool works. Waking them costs tens of microseconds,
+#: little beside the products of :data:`SPINNING_BLAS_THREADS_MACS` or more that use them.
+OWN_THREAD_TIMEOUT = 4
+
 _NUMPY_LIB = _numpy_openblas()
-_LIB = _popjit_openblas(_NUMPY_LIB)
+_LIB = _popjit_openblas(_NUMPY_LIB, OWN_THREAD_TIMEOUT if POOL_SPINS and host_is_quiet() else None)
+
+
+#: Below this many multiply-adds a gemm runs on the calling thread alone. why: OpenBLAS splits
+#: gemms from about 2^18 multiply-adds, and on small ones (a recurrent layer's [32,128]@[128,512]
+#: per time step) waking and syncing its other threads costs more than it saves; when another
+#: process or popjit's own workers hold a core, a split [128,32]@[32,512] took 14x longer.
+SERIAL_GEMM_MACS = 1 << 22
+
+#: From this many multiply-adds a gemm runs on OpenBLAS's own threads; between
+#: :data:`SERIAL_GEMM_MACS` and this the engine splits a tall or deep one over popjit's pool
+#: (:mod:`popjit.kernels.blas_split`). why: OpenBLAS's threads busy-wait, on each other inside a call
+#: and for ~0.1 s after it, so on a host whose cores are shared (another process, or popjit's own
+#: workers on the next codelet) a call waits for a descheduled spinner: on a 2-core AMD EPYC beside one
+#: busy process the Keras CNN (K1, 71M-multiply-add convolutions) took 3.3-4.0 s an epoch with them and
+#: 2.4-2.5 s split (2.2-2.4 s either way when quiet; beside a two-threaded process 29-60 s against 2.6 s).
+#: Above this, OpenBLAS's threads sharing packed panels are 30% faster than separate calls on a
+#: quiet host (the MLP W2's 200M-268M products: 1.75 s against 2.3-2.7 s for 100 steps).
+BLAS_THREADS_MACS = 1 << 27
+
+#: Beside a spinning pool on a quiet host, a gemm of at least this many multiply-adds runs on the
+#: threads of popjit's own copy of OpenBLAS (:data:`OWN_THREAD_TIMEOUT`), not split over popjit's pool.
+#: why: its threads share one packed copy of the operand a split does not cut, where each of a split's
+#: serial pieces packs all of it (the 1024^3 product's ``sgemm_itcopy``/``sgemm_oncopy``, ~8% of its time
+#: split). With OpenBLAS's default timeout its threads spun for 0.1 s after each product and fought the
+#: pool's: on a 2-core Ice Lake VM the MLP W2 (products of 205M-268M) took 1.87 s for 100 steps against
+#: 1.41-1.53 s split. With its threads sleeping at once, five alternating runs: 1.30-1.68 s against
+#: 1.44-2.09 s split (best calls), each run faster; the 1024^3 product 0.92-0.95x NumPy's (median calls)
+#: against 0.72-0.88x split. Beside a busy process the split wins (W2 2.9 s against 3.1-3.8 s), so
+#: there no product uses OpenBLAS's threads (:data:`BLAS_THREADS_FROM`).
+SPINNING_BLAS_THREADS_MACS = 1 << 27
+
+#: "Never": more multiply-adds than any product has.
+NEVER = 1 << 62
+
+
+def openblas_threads_from(spins: bool, quiet: bool, own_copy: bool) -> int:
+    """From how many multiply-adds a gemm runs on OpenBLAS's threads: beside a pool that sleeps when idle,
+    from :data:`SERIAL_GEMM_MACS` (except the products :mod:`~popjit.kernels.blas_split` splits);
+    beside a spinning one, from :data:`SPINNING_BLAS_THREADS_MACS` on a host that was ``quiet`` as popjit
+    started, when popjit runs its ``own_copy`` of OpenBLAS (whose threads sleep at once), else never."""
+    if not spins:
+        return SERIAL_GEMM_MACS
+    return SPINNING_BLAS_THREADS_MACS if quiet and own_copy else NEVER
+
+
+#: :func:`openblas_threads_from` for this process, decided once as popjit starts. Codelets read it at
+#: run time (:func:`popjit.kernels.matmul.blas_threads_from`), and programs compiled under another
+#: value are kept apart (:func:`popjit.pipeline.store.key_parts`), as it decides how products are split.
+BLAS_THREADS_FROM = openblas_threads_from(POOL_SPINS, host_is_quiet(), _LIB is not _NUMPY_LIB)
+
+#: The symbol of :data:`BLAS_THREADS_FROM`'s value in memory, which codelets load at run time. why not a
+#: constant: compiled codelets are kept on disk and shared by processes that decided differently.
+THREADS_FROM_SYMBOL = "popjit_blas_threads_from"
+_THREADS_FROM = ctypes.c_int64(BLAS_THREADS_FROM)
 
 
 def _describe(lib: ctypes.CDLL) -> dict[str, str]:
@@ -135,8 +205,8 @@ def _describe(lib: ctypes.CDLL) -> dict[str, str]:
 
 def blas_description() -> str:
     """The BLAS popjit's products call, as it runs in this process: OpenBLAS's build configuration, the
-    kernels it chose for this CPU, its thread count, and NumPy's kernels when they differ (the user's
-    ``OPENBLAS_CORETYPE`` forced them, and popjit runs a private copy with its own)."""
+    kernels it chose for this CPU, its thread count, whether it is popjit's own copy (and NumPy's kernels
+    then), and from how many multiply-adds a product runs on its threads."""
     if _LIB is None or not hasattr(_LIB, "scipy_openblas_get_corename64_"):
         return "unknown: NumPy is not built on its bundled OpenBLAS (scipy-openblas)"
     text = _describe(_LIB)
@@ -144,7 +214,8 @@ def blas_description() -> str:
     line = f"{text['config']}; {text['corename']} kernels; {threads} threads"
     if _LIB is not _NUMPY_LIB:
         line += f" (popjit's own copy; NumPy's runs {_describe(_NUMPY_LIB)['corename']} kernels)"
-    return line
+    share = "never" if BLAS_THREADS_FROM == NEVER else f"from 2^{BLAS_THREADS_FROM.bit_length() - 1} multiply-adds"
+    return f"{line}; products on its threads: {share}"
 
 
 def _bind() -> tuple[object, object, object] | None:
@@ -163,6 +234,7 @@ def _bind() -> tuple[object, object, object] | None:
         fns.append(types.ExternalFunction(name, sig))
     llvm.add_symbol("popjit_blas_threads_local", ctypes.cast(lib.openblas_set_num_threads_local, ctypes.c_void_p).value)
     fns.append(types.ExternalFunction("popjit_blas_threads_local", i32(i32)))
+    llvm.add_symbol(THREADS_FROM_SYMBOL, ctypes.addressof(_THREADS_FROM))
     return fns[0], fns[1], fns[2]
 
 
@@ -213,40 +285,3 @@ def blas_threads(count: int) -> Iterator[None]:
             _holders -= 1
             if _holders == 0:
                 _LIB.openblas_set_num_threads_local(_count_before)
-
-
-#: Whether popjit's pool's workers spin when idle (:func:`~popjit.kernels.jit.pool_spins`: OpenMP's,
-#: the default, or TBB's; not ``NUMBA_THREADING_LAYER=workqueue``). Then a gemm call runs on its
-#: calling thread alone (below :data:`SPINNING_BLAS_THREADS_MACS`), and the engine splits every product
-#: of :data:`~popjit.kernels.blas_split.SPLIT_SPINNING_MACS` or more over the pool. why: OpenBLAS's own
-#: threads busy-wait too, and the two pools' spinners fight over the cores (a training step alternates
-#: them about ten times: 4.5x slower on 2 cores).
-POOL_SPINS = pool_spins()
-
-#: Below this many multiply-adds a gemm runs on the calling thread alone. why: OpenBLAS splits
-#: gemms from about 2^18 multiply-adds, and on small ones (a recurrent layer's [32,128]@[128,512]
-#: per time step) waking and syncing its other threads costs more than it saves; when another
-#: process or popjit's own workers hold a core, a split [128,32]@[32,512] took 14x longer.
-SERIAL_GEMM_MACS = 1 << 22
-
-#: From this many multiply-adds a gemm runs on OpenBLAS's own threads; between
-#: :data:`SERIAL_GEMM_MACS` and this the engine splits a tall or deep one over popjit's pool
-#: (:mod:`popjit.kernels.blas_split`). why: OpenBLAS's threads busy-wait, on each other inside a call
-#: and for ~0.1 s after it, so on a host whose cores are shared (another process, or popjit's own
-#: workers on the next codelet) a call waits for a descheduled spinner: on a 2-core AMD EPYC beside one
-#: busy process the Keras CNN (K1, 71M-multiply-add convolutions) took 3.3-4.0 s an epoch with them and
-#: 2.4-2.5 s split (2.2-2.4 s either way when quiet; beside a two-threaded process 29-60 s against 2.6 s).
-#: Above this, OpenBLAS's threads sharing packed panels are 30% faster than separate calls on a
-#: quiet host (the MLP W2's 200M-268M products: 1.75 s against 2.3-2.7 s for 100 steps).
-BLAS_THREADS_MACS = 1 << 27
-
-#: Beside a spinning pool (:data:`POOL_SPINS`), a gemm of at least this many multiply-adds still runs on
-#: OpenBLAS's own threads, not split over popjit's. why: its threads share one packed copy of the operand
-#: a split does not cut, where each of a split's serial pieces packs all of it (the 1024^3 product's
-#: ``sgemm_itcopy``/``sgemm_oncopy``, ~8% of its time split). Such a product lasts milliseconds, so the
-#: two pools' spinners overlap for a small part of it. On a 2-core Ice Lake VM, three alternating runs:
-#: the 1024^3 product at 0.92-0.95x NumPy's (median calls) against 0.72-0.88x split; an MLP of 1024-row
-#: batches and 1024-wide layers (four products of 0.8-1.1G per step) 1.08-1.31 s for 20 steps against
-#: 1.29-1.39 s, but beside one busy process 2.3-2.5 s against 2.1-2.2 s. Below it, W2's 200M-268M
-#: products on OpenBLAS's threads took 1.87 s against 1.41-1.53 s split.
-SPINNING_BLAS_THREADS_MACS = 1 << 29

@@ -71,8 +71,16 @@ def openmp_spins() -> int:
     that no other process's runnable thread needs right now (:func:`~popjit.kernels.threads.runnable_elsewhere`,
     sampled for a few milliseconds), else :data:`OPENMP_SPINS_SHARED`. Decided once, when the pool's
     layer is (libgomp reads it when it loads)."""
-    quiet = cores_to_spare(threads_to_use(), runnable_elsewhere())
-    return OPENMP_SPINS_QUIET if quiet else OPENMP_SPINS_SHARED
+    return OPENMP_SPINS_QUIET if host_is_quiet() else OPENMP_SPINS_SHARED
+
+
+@functools.lru_cache(maxsize=1)
+def host_is_quiet() -> bool:
+    """Whether popjit's threads each have a core that no other process's runnable thread needs, as popjit
+    starts (:func:`~popjit.kernels.threads.runnable_elsewhere`, sampled for a few milliseconds). Decided
+    once per process: it sets how long idle workers spin (:func:`openmp_spins`) and whether large
+    products use OpenBLAS's threads beside them (:data:`popjit.kernels.blas.BLAS_THREADS_FROM`)."""
+    return cores_to_spare(threads_to_use(), runnable_elsewhere())
 
 
 @functools.lru_cache(maxsize=1)

@@ -15,10 +15,8 @@ from .bits import f16_to_f32, f32_to_f16
 from .blas import (
     HAVE_CBLAS,
     NO_TRANS,
-    POOL_SPINS,
     ROW_MAJOR,
-    SERIAL_GEMM_MACS,
-    SPINNING_BLAS_THREADS_MACS,
+    THREADS_FROM_SYMBOL,
     TRANS,
     cblas_dgemm,
     cblas_sgemm,
@@ -49,18 +47,32 @@ if HAVE_CBLAS:
 
         return types.int32(), codegen
 
+    @intrinsic
+    def blas_threads_from(typingctx):
+        """:data:`~popjit.kernels.blas.BLAS_THREADS_FROM` of the running process, loaded from its symbol
+        (:data:`~popjit.kernels.blas.THREADS_FROM_SYMBOL`): codelets kept on disk serve processes that
+        decided it differently."""
+
+        def codegen(context, builder, signature, args):
+            value = builder.module.globals.get(THREADS_FROM_SYMBOL)
+            if value is None:
+                value = ir.GlobalVariable(builder.module, ir.IntType(64), THREADS_FROM_SYMBOL)
+                value.linkage = "external"
+            return builder.load(value)
+
+        return types.int64(), codegen
+
     @codelet
     def _threads_for(m, n, k):
         """Put a gemm of ``m*n*k`` multiply-adds on OpenBLAS's own threads if it belongs there: from
-        :data:`~popjit.kernels.blas.SPINNING_BLAS_THREADS_MACS` beside popjit's spinning pool
-        (:data:`~popjit.kernels.blas.POOL_SPINS`), from :data:`~popjit.kernels.blas.SERIAL_GEMM_MACS`
-        beside a sleeping one. Returns the count to restore after it (0: nothing changed).
+        :data:`~popjit.kernels.blas.BLAS_THREADS_FROM` (:func:`blas_threads_from`). Returns the count to
+        restore after it (0: nothing changed).
 
         An engine runs with OpenBLAS's count at 1 (:func:`popjit.codegen.compile.Engine.__call__`), so
         every other gemm is serial, as the pieces of a split product on popjit's threads must be. The
         count is the process's (:data:`~popjit.kernels.blas.set_threads_local`), so only the engine's
         own thread changes it, here, while no split product runs."""
-        if m * n * k < (SPINNING_BLAS_THREADS_MACS if POOL_SPINS else SERIAL_GEMM_MACS):
+        if m * n * k < blas_threads_from():
             return 0
         return set_threads_local(pool_threads())
 

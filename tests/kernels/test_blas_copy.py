@@ -1,16 +1,20 @@
 """popjit's products run on the CPU's own OpenBLAS kernels whatever the user's ``OPENBLAS_CORETYPE``
 forces on NumPy (issue 9: no user variable may cost popjit its speed): under it popjit loads a private
-copy of NumPy's OpenBLAS, kept in the cache directory, and ``POPJIT_OPENBLAS_CORETYPE`` chooses
-otherwise. Each case runs in a fresh process, as OpenBLAS reads the variable once, when it loads."""
+copy of NumPy's OpenBLAS (made in memory), and ``POPJIT_OPENBLAS_CORETYPE`` chooses otherwise. The
+copy also runs popjit's products beside its spinning pool on a quiet host, its threads sleeping as
+soon as a product is done. Each case runs in a fresh process, as OpenBLAS reads the variable once, when it loads."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from popjit import config
@@ -25,6 +29,7 @@ import ctypes, json
 import numpy as np
 import popjit.tensorflow as tf
 from popjit.kernels import blas
+from popjit.kernels.jit import host_is_quiet
 
 def corename(lib):
     f = lib.scipy_openblas_get_corename64_
@@ -36,7 +41,8 @@ b = np.random.default_rng(1).uniform(-1, 1, (300, 70)).astype(np.float32)
 got = tf.function(lambda x, y: tf.matmul(x, y), jit_compile=True)(a, b).numpy()
 print(json.dumps({"numpy": corename(blas._NUMPY_LIB), "popjit": corename(blas._LIB),
                   "own_copy": blas._LIB is not blas._NUMPY_LIB, "description": blas.blas_description(),
-                  "error": float(np.max(np.abs(got - a.astype(np.float64) @ b)))}))
+                  "error": float(np.max(np.abs(got - a.astype(np.float64) @ b))),
+                  "spins": blas.POOL_SPINS, "quiet": host_is_quiet(), "threads_from": blas.BLAS_THREADS_FROM}))
 """
 
 
@@ -61,12 +67,22 @@ def forced(cpu_kernels: str) -> str:
     return "Nehalem" if cpu_kernels == "Haswell" else "Haswell"
 
 
-def test__without_openblas_coretype__popjit_calls_numpys_own_library(tmp_path, cpu_kernels) -> None:
-    got = report(tmp_path, OPENBLAS_CORETYPE=None, POPJIT_OPENBLAS_CORETYPE=None)
+def test__beside_a_sleeping_pool_without_openblas_coretype__popjit_calls_numpys_own_library(tmp_path,
+                                                                                            cpu_kernels) -> None:
+    got = report(tmp_path, OPENBLAS_CORETYPE=None, POPJIT_OPENBLAS_CORETYPE=None, NUMBA_THREADING_LAYER="workqueue")
     assert got["numpy"] == got["popjit"] == cpu_kernels
     assert not got["own_copy"] and "own copy" not in got["description"]
+    assert got["error"] < 1e-4 and got["threads_from"] == blas.SERIAL_GEMM_MACS
+
+
+def test__beside_a_spinning_pool_on_a_quiet_host__popjit_runs_its_own_copy(tmp_path, cpu_kernels) -> None:
+    """Its copy's threads sleep as soon as a product is done, so the largest products can use them; on a
+    busy host (or when no copy loads) no product does."""
+    got = report(tmp_path, OPENBLAS_CORETYPE=None, POPJIT_OPENBLAS_CORETYPE=None, NUMBA_THREADING_LAYER="omp")
+    assert got["spins"] and got["numpy"] == got["popjit"] == cpu_kernels
+    assert got["own_copy"] == got["quiet"]
+    assert got["threads_from"] == (blas.SPINNING_BLAS_THREADS_MACS if got["quiet"] else blas.NEVER)
     assert got["error"] < 1e-4
-    assert not list((tmp_path / "cache").glob("gen-*/openblas"))
 
 
 def test__a_forced_coretype__stays_numpys_while_popjits_products_run_the_cpus_kernels(tmp_path, cpu_kernels) -> None:
@@ -75,17 +91,12 @@ def test__a_forced_coretype__stays_numpys_while_popjits_products_run_the_cpus_ke
     assert got["numpy"] == user and got["popjit"] == cpu_kernels and got["own_copy"]
     assert f"{cpu_kernels} kernels" in got["description"] and f"NumPy's runs {user} kernels" in got["description"]
     assert got["error"] < 1e-4
-    (directory,) = (tmp_path / "cache").glob("gen-*/openblas")
-    (copy,) = directory.iterdir()
-    assert copy.stat().st_size == Path(blas._numpy_openblas_path()).stat().st_size
-    before = copy.stat().st_mtime_ns
-    assert report(tmp_path, OPENBLAS_CORETYPE=user, POPJIT_OPENBLAS_CORETYPE=None)["popjit"] == cpu_kernels
-    assert copy.stat().st_mtime_ns == before, "a later process copied the library again"
+    assert not list((tmp_path / "cache").rglob("*openblas*")), "the copy is made in memory, not in the cache"
 
 
 def test__popjit_openblas_coretype_numpy__follows_the_users_setting(tmp_path, cpu_kernels) -> None:
     user = forced(cpu_kernels)
-    got = report(tmp_path, OPENBLAS_CORETYPE=user, POPJIT_OPENBLAS_CORETYPE="numpy")
+    got = report(tmp_path, OPENBLAS_CORETYPE=user, POPJIT_OPENBLAS_CORETYPE="numpy", NUMBA_THREADING_LAYER="workqueue")
     assert got["numpy"] == got["popjit"] == user and not got["own_copy"]
     assert got["error"] < 1e-4
 
@@ -97,13 +108,6 @@ def test__popjit_openblas_coretype_names_popjits_kernels_and_leaves_numpys(tmp_p
     assert got["error"] < 1e-4
 
 
-def test__without_a_writable_cache__the_copy_is_made_in_memory(tmp_path, cpu_kernels) -> None:
-    (tmp_path / "file").write_text("")
-    got = report(tmp_path, OPENBLAS_CORETYPE=forced(cpu_kernels), POPJIT_OPENBLAS_CORETYPE=None,
-                 POPJIT_CACHE_DIR=str(tmp_path / "file" / "cache"))
-    assert got["popjit"] == cpu_kernels and got["own_copy"] and got["error"] < 1e-4
-
-
 @pytest.mark.parametrize("raw,value", [("", None), ("numpy", "numpy"), (" NumPy ", "numpy"), ("SkylakeX", "SkylakeX")])
 def test__popjit_openblas_coretype__parses(raw, value) -> None:
     assert config.SETTINGS["OPENBLAS_CORETYPE"].parse(raw) == value
@@ -112,3 +116,46 @@ def test__popjit_openblas_coretype__parses(raw, value) -> None:
 def test__popjit_openblas_coretype__rejects_what_cannot_be_a_kernel_name() -> None:
     with pytest.raises(ValueError, match=r"POPJIT_OPENBLAS_CORETYPE='a b'.*numpy or an OpenBLAS kernel name"):
         config.SETTINGS["OPENBLAS_CORETYPE"].parse("a b")
+
+
+def _threads() -> set[int]:
+    return {int(t) for t in os.listdir("/proc/self/task")}
+
+
+def _running(tids: set[int]) -> set[int]:
+    """Those of ``tids`` the kernel counts as running or runnable."""
+    states = {}
+    for tid in tids:
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            states[tid] = f.read().rsplit(")", 1)[1].split()[0]
+    return {tid for tid, state in states.items() if state == "R"}
+
+
+def _product_then_running_threads(lib: ctypes.CDLL, threads: set[int]) -> set[int]:
+    """Which of ``threads`` (``lib``'s own) still run 20 ms after a threaded 512^3 product on ``lib``."""
+    a = np.ones((512, 512), np.float32)
+    out = np.empty_like(a)
+    lib.openblas_set_num_threads_local(2)
+    sgemm = lib.scipy_cblas_sgemm64_
+    sgemm.argtypes = [ctypes.c_int] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int64,
+                                                                  ctypes.c_void_p, ctypes.c_int64, ctypes.c_float,
+                                                                  ctypes.c_void_p, ctypes.c_int64]
+    sgemm(101, 111, 111, 512, 512, 512, 1.0, a.ctypes.data, 512, a.ctypes.data, 512, 0.0, out.ctypes.data, 512)
+    assert out[0, 0] == 512
+    time.sleep(0.02)
+    return _running(threads)
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="OpenBLAS starts no thread of its own on one core")
+def test__the_own_copys_threads_sleep_as_soon_as_a_product_is_done() -> None:
+    """OPENBLAS_THREAD_TIMEOUT reaches popjit's copy: its threads sleep right after a product, where a
+    copy loaded with OpenBLAS's default timeout still spins 20 ms later (for about 0.1 s)."""
+    running = {}
+    for timeout in (blas.OWN_THREAD_TIMEOUT, None):
+        before = _threads()
+        lib = blas._private_openblas(blas._numpy_openblas_path(), None, timeout)
+        threads = _threads() - before
+        assert threads, "the copy started no thread of its own"
+        running[timeout] = _product_then_running_threads(lib, threads)
+    assert not running[blas.OWN_THREAD_TIMEOUT], "the own copy's threads still run after the product"
+    assert running[None], "with OpenBLAS's default timeout its threads spin after a product"

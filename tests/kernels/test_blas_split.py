@@ -109,12 +109,14 @@ def test__a_split__covers_the_product_in_tasks_of_serial_size(batch: int, m: int
 
 
 @given(st.integers(1, 4), st.integers(1, 3000), st.integers(1, 3000), st.integers(1, 3000))
-def test__beside_a_spinning_pool__products_from_the_threshold_split_but_the_largest(batch, m, n, k) -> None:
-    split = blas_split(batch, m, n, k, spins=True)
+@pytest.mark.parametrize("threads_from", [blas.SPINNING_BLAS_THREADS_MACS, blas.NEVER])
+def test__beside_a_spinning_pool__products_from_the_threshold_split_but_the_largest(threads_from, batch, m, n,
+                                                                                     k) -> None:
+    split = blas_split(batch, m, n, k, spins=True, threads_from=threads_from)
     if batch * m * n * k < SPLIT_SPINNING_MACS:
         assert split is None, "small products stay one serial call"
         return
-    if m * n * k >= blas.SPINNING_BLAS_THREADS_MACS:
+    if m * n * k >= threads_from:
         assert split is None, "products whose entries are this large run on OpenBLAS's threads"
         return
     assert split is not None, "smaller products do not run on OpenBLAS's threads beside a spinning pool"
@@ -151,12 +153,16 @@ def test__a_compiled_large_product__runs_split_and_equals_numpy() -> None:
     np.testing.assert_allclose(grad, 2 * x.T.astype(np.float64) @ h, rtol=1e-4, atol=1e-3)
 
 
-def test__a_compiled_product_past_the_split_range__runs_on_openblas_threads_only_beside_a_sleeping_pool() -> None:
+def test__a_compiled_product_past_the_split_range__is_split_unless_openblas_threads_run_it() -> None:
+    """Beside a sleeping pool a product past the split range runs on OpenBLAS's threads; beside a spinning
+    one too on a quiet host (``BLAS_THREADS_FROM``), else it is split."""
     side = 1 + round(blas.BLAS_THREADS_MACS ** (1 / 3))
     a = np.ones((side, side), np.float32)
     matmul = tf.function(tf.matmul, jit_compile=True)
     callees = [c.name for c in matmul.get_concrete_function(a, a).executable("/device:CPU:0").engine_source.callees]
-    assert ("matmul_split" in callees) == blas.POOL_SPINS and ("matmul_f32" in callees) != blas.POOL_SPINS
+    on_openblas_threads = side ** 3 >= blas.BLAS_THREADS_FROM
+    assert on_openblas_threads == (not blas.POOL_SPINS or blas.BLAS_THREADS_FROM == blas.SPINNING_BLAS_THREADS_MACS)
+    assert ("matmul_split" in callees) != on_openblas_threads and ("matmul_f32" in callees) == on_openblas_threads
     np.testing.assert_array_equal(matmul(a, a).numpy()[:2, :2], np.full((2, 2), side, np.float32))
 
 

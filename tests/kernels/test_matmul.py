@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from popjit.kernels import blas, matmul
-from popjit.kernels.jit import start_parallel_runtime
+from popjit.kernels.jit import host_is_quiet, start_parallel_runtime
 
 pytestmark = pytest.mark.skipif(not blas.HAVE_CBLAS, reason="NumPy's OpenBLAS is not available")
 
@@ -53,7 +53,7 @@ import numba
 import numpy as np
 import popjit.tensorflow as tf
 from popjit.kernels import blas, matmul
-from popjit.kernels.jit import start_parallel_runtime
+from popjit.kernels.jit import host_is_quiet, start_parallel_runtime
 a = np.random.default_rng(0).uniform(-1, 1, (512, 512)).astype(np.float32)
 assert 512 ** 3 >= blas.BLAS_THREADS_MACS and not blas.POOL_SPINS
 got = tf.function(lambda x: tf.matmul(x, x), jit_compile=True)(a).numpy()
@@ -78,11 +78,12 @@ def test__a_product_on_openblas_threads__runs_from_the_cache_in_a_later_process(
     assert runs[1].stdout.split()[1] == "0", "the later process compiled the matmul codelet again"
 
 
-@pytest.mark.parametrize("m,n,k", [(1024, 1024, 512), (1024, 1024, 511), (64, 64, 64)])
+@pytest.mark.parametrize("m,n,k", [(1024, 1024, 128), (1024, 1024, 127), (64, 64, 64)])
 def test__which_gemms_take_openblas_threads(m, n, k) -> None:
-    """Beside a spinning pool, only the largest products (``SPINNING_BLAS_THREADS_MACS``) get OpenBLAS's
-    threads, as many as popjit's pool has; beside a sleeping one, those from ``SERIAL_GEMM_MACS``."""
-    least = blas.SPINNING_BLAS_THREADS_MACS if blas.POOL_SPINS else blas.SERIAL_GEMM_MACS
+    """The products of ``BLAS_THREADS_FROM`` multiply-adds or more get OpenBLAS's threads, as many as
+    popjit's pool has (the codelet reads the bound at run time), the others none."""
+    least = blas.BLAS_THREADS_FROM
+    assert least == blas.openblas_threads_from(blas.POOL_SPINS, host_is_quiet(), blas._LIB is not blas._NUMPY_LIB)
     start_parallel_runtime()  # as an engine does before it runs
     before = thread_local_count(1)
     try:
@@ -95,3 +96,11 @@ def test__which_gemms_take_openblas_threads(m, n, k) -> None:
         assert (previous, count) == (1, numba.get_num_threads())
     else:
         assert (previous, count) == (0, 1)
+
+
+def test__openblas_threads_are_used_from_a_bound_that_depends_on_the_pool_and_the_host() -> None:
+    assert blas.openblas_threads_from(False, False, False) == blas.SERIAL_GEMM_MACS, "a sleeping pool"
+    assert blas.openblas_threads_from(False, True, True) == blas.SERIAL_GEMM_MACS
+    assert blas.openblas_threads_from(True, True, True) == blas.SPINNING_BLAS_THREADS_MACS, "quiet, own copy"
+    assert blas.openblas_threads_from(True, False, True) == blas.NEVER, "beside busy processes the split wins"
+    assert blas.openblas_threads_from(True, True, False) == blas.NEVER, "NumPy's threads spin 0.1 s after a call"

@@ -64,18 +64,22 @@ def test__cores_to_spare__only_when_every_pool_thread_has_a_core_of_its_own():
 @pytest.mark.slow
 def test__busy_processes__counted_and_the_openmp_pool_spins_briefly_beside_them():
     """Real busy processes on every core: they are counted as runnable, and a popjit process started beside
-    them gives GNU OpenMP's idle workers the short spin (a long one took the cores they need)."""
+    them gives GNU OpenMP's idle workers the short spin (a long one took the cores they need) and splits
+    every large product over its pool (OpenBLAS's threads, however briefly they spin, were slower there)."""
     cores = os.cpu_count() or 1
     busy = [subprocess.Popen([sys.executable, "-c", "print('ready', flush=True)\nwhile True: pass"],
                              stdout=subprocess.PIPE, text=True) for _ in range(cores)]
     try:
         assert all(p.stdout.readline().strip() == "ready" for p in busy)
         assert runnable_elsewhere() >= cores
-        env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "NUMBA_THREADING_LAYER")}
-        code = "import os, popjit.kernels.jit as j; j.threading_layer(); print(os.environ['GOMP_SPINCOUNT'])"
+        unset = ("GOMP_SPINCOUNT", "NUMBA_THREADING_LAYER", "OPENBLAS_CORETYPE", "POPJIT_OPENBLAS_CORETYPE")
+        env = {k: v for k, v in os.environ.items() if k not in unset}
+        code = ("import os\nfrom popjit.kernels import blas\n"
+                "print(os.environ['GOMP_SPINCOUNT'], blas.BLAS_THREADS_FROM, blas._LIB is blas._NUMPY_LIB)")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
-        assert out.stdout.split()[-1] == str(OPENMP_SPINS_SHARED)
+        assert out.stdout.split()[-3:] == [str(OPENMP_SPINS_SHARED), str(blas.NEVER), "True"], \
+            "beside busy processes no product uses OpenBLAS's threads, nor needs popjit's own copy"
     finally:
         for p in busy:
             p.kill()
