@@ -10,8 +10,8 @@ popjit loads a private copy of that OpenBLAS (:func:`_private_openblas`) when th
 ``OPENBLAS_CORETYPE`` forces kernels other than the ones popjit's products should run
 (``POPJIT_OPENBLAS_CORETYPE``: by default the CPU's own), so that NumPy keeps the kernels the user
 chose and popjit's products do not lose a quarter of their speed to them; and beside popjit's spinning
-pool on a quiet host, so that its largest products can use OpenBLAS's threads with a timeout that puts
-them to sleep as soon as a product is done (:data:`BLAS_THREADS_FROM`).
+pool, so that its largest products can use OpenBLAS's threads with a timeout that puts them to sleep
+as soon as a product is done (:data:`BLAS_THREADS_FROM`, :data:`PLANNED_THREADS_FROM`).
 """
 
 from __future__ import annotations
@@ -130,14 +130,14 @@ def _popjit_openblas(numpy_lib: ctypes.CDLL | None, thread_timeout: int | None) 
 #: them about ten times: 4.5x slower on 2 cores).
 POOL_SPINS = pool_spins()
 
-#: ``OPENBLAS_THREAD_TIMEOUT`` of popjit's own copy of OpenBLAS beside a spinning pool on a quiet host:
-#: its threads sleep as soon as a product is done (2^4 cycles; OpenBLAS's default is 2^28, about 0.1 s
-#: of spinning), so they do not spin while popjit's pool works. Waking them costs tens of microseconds,
-#: little beside the products of :data:`SPINNING_BLAS_THREADS_MACS` or more that use them.
+#: ``OPENBLAS_THREAD_TIMEOUT`` of popjit's own copy of OpenBLAS beside a spinning pool: its threads sleep
+#: as soon as a product is done (2^4 cycles; OpenBLAS's default is 2^28, about 0.1 s of spinning), so
+#: they do not spin while popjit's pool works. Waking them costs tens of microseconds, little beside the
+#: products of :data:`SPINNING_BLAS_THREADS_MACS` or more that use them.
 OWN_THREAD_TIMEOUT = 4
 
 _NUMPY_LIB = _numpy_openblas()
-_LIB = _popjit_openblas(_NUMPY_LIB, OWN_THREAD_TIMEOUT if POOL_SPINS and host_is_quiet() else None)
+_LIB = _popjit_openblas(_NUMPY_LIB, OWN_THREAD_TIMEOUT if POOL_SPINS else None)
 
 
 #: Below this many multiply-adds a gemm runs on the calling thread alone. why: OpenBLAS splits
@@ -157,7 +157,7 @@ SERIAL_GEMM_MACS = 1 << 22
 #: quiet host (the MLP W2's 200M-268M products: 1.75 s against 2.3-2.7 s for 100 steps).
 BLAS_THREADS_MACS = 1 << 27
 
-#: Beside a spinning pool on a quiet host, a gemm of at least this many multiply-adds runs on the
+#: Beside a spinning pool, a gemm of at least this many multiply-adds that is not split runs on the
 #: threads of popjit's own copy of OpenBLAS (:data:`OWN_THREAD_TIMEOUT`), not split over popjit's pool.
 #: why: its threads share one packed copy of the operand a split does not cut, where each of a split's
 #: serial pieces packs all of it (the 1024^3 product's ``sgemm_itcopy``/``sgemm_oncopy``, ~8% of its time
@@ -165,28 +165,36 @@ BLAS_THREADS_MACS = 1 << 27
 #: pool's: on a 2-core Ice Lake VM the MLP W2 (products of 205M-268M) took 1.87 s for 100 steps against
 #: 1.41-1.53 s split. With its threads sleeping at once, five alternating runs: 1.30-1.68 s against
 #: 1.44-2.09 s split (best calls), each run faster; the 1024^3 product 0.92-0.95x NumPy's (median calls)
-#: against 0.72-0.88x split. Beside a busy process the split wins (W2 2.9 s against 3.1-3.8 s), so
-#: there no product uses OpenBLAS's threads (:data:`BLAS_THREADS_FROM`).
+#: against 0.72-0.88x split. Beside a busy process the split wins (W2 2.9 s against 3.1-3.8 s), so a
+#: process that starts there splits them when it compiles (:data:`PLANNED_THREADS_FROM`).
 SPINNING_BLAS_THREADS_MACS = 1 << 27
 
 #: "Never": more multiply-adds than any product has.
 NEVER = 1 << 62
 
 
-def openblas_threads_from(spins: bool, quiet: bool, own_copy: bool) -> int:
-    """From how many multiply-adds a gemm runs on OpenBLAS's threads: beside a pool that sleeps when idle,
-    from :data:`SERIAL_GEMM_MACS` (except the products :mod:`~popjit.kernels.blas_split` splits);
-    beside a spinning one, from :data:`SPINNING_BLAS_THREADS_MACS` on a host that was ``quiet`` as popjit
-    started, when popjit runs its ``own_copy`` of OpenBLAS (whose threads sleep at once), else never."""
+def openblas_threads_from(spins: bool, own_copy: bool) -> int:
+    """From how many multiply-adds a gemm that runs as one call runs on OpenBLAS's threads: beside a pool
+    that sleeps when idle, from :data:`SERIAL_GEMM_MACS`; beside a spinning one, from
+    :data:`SPINNING_BLAS_THREADS_MACS` when popjit runs its ``own_copy`` of OpenBLAS (whose threads sleep at
+    once), else never."""
     if not spins:
         return SERIAL_GEMM_MACS
-    return SPINNING_BLAS_THREADS_MACS if quiet and own_copy else NEVER
+    return SPINNING_BLAS_THREADS_MACS if own_copy else NEVER
 
 
-#: :func:`openblas_threads_from` for this process, decided once as popjit starts. Codelets read it at
-#: run time (:func:`popjit.kernels.matmul.blas_threads_from`), and programs compiled under another
-#: value are kept apart (:func:`popjit.pipeline.store.key_parts`), as it decides how products are split.
-BLAS_THREADS_FROM = openblas_threads_from(POOL_SPINS, host_is_quiet(), _LIB is not _NUMPY_LIB)
+#: :func:`openblas_threads_from` for this process. Codelets read it at run time
+#: (:func:`popjit.kernels.matmul.blas_threads_from`): it holds for the products a program runs as one
+#: call, whichever process compiled it.
+BLAS_THREADS_FROM = openblas_threads_from(POOL_SPINS, _LIB is not _NUMPY_LIB)
+
+#: Beside a spinning pool, from how many multiply-adds the products this process compiles run as one
+#: call on OpenBLAS's threads instead of being split over the pool (:func:`~popjit.kernels.blas_split.blas_split`):
+#: :data:`BLAS_THREADS_FROM` on a host that was quiet as popjit started (:func:`~popjit.kernels.jit.host_is_quiet`,
+#: as for the spin count), else never. why not a key of the cached programs: a host's load changes from
+#: one process to the next, and a program compiled either way runs well enough the other way (one
+#: compiled quiet, loaded beside a busy process, runs them on OpenBLAS's threads: W2 10-30% slower).
+PLANNED_THREADS_FROM = BLAS_THREADS_FROM if host_is_quiet() else NEVER
 
 #: The symbol of :data:`BLAS_THREADS_FROM`'s value in memory, which codelets load at run time. why not a
 #: constant: compiled codelets are kept on disk and shared by processes that decided differently.
@@ -214,7 +222,8 @@ def blas_description() -> str:
     line = f"{text['config']}; {text['corename']} kernels; {threads} threads"
     if _LIB is not _NUMPY_LIB:
         line += f" (popjit's own copy; NumPy's runs {_describe(_NUMPY_LIB)['corename']} kernels)"
-    share = "never" if BLAS_THREADS_FROM == NEVER else f"from 2^{BLAS_THREADS_FROM.bit_length() - 1} multiply-adds"
+    planned = PLANNED_THREADS_FROM
+    share = "never" if planned == NEVER else f"from 2^{planned.bit_length() - 1} multiply-adds"
     return f"{line}; products on its threads: {share}"
 
 

@@ -10,9 +10,9 @@ waits for a descheduled spinner (the numbers are at ``BLAS_THREADS_MACS``). Larg
 OpenBLAS's threads, which share packed panels and are faster there on a quiet host.
 
 With a pool whose workers spin when idle (OpenMP's, popjit's default, or TBB's), every product of
-:data:`SPLIT_SPINNING_MACS` or more is split, and OpenBLAS's threads are used only on a quiet host, for
-products of :data:`~popjit.kernels.blas.SPINNING_BLAS_THREADS_MACS` or more, on popjit's own copy of
-OpenBLAS whose threads sleep as soon as a product is done (:data:`~popjit.kernels.blas.BLAS_THREADS_FROM`).
+:data:`SPLIT_SPINNING_MACS` or more is split, except, when popjit compiles on a quiet host, products of
+:data:`~popjit.kernels.blas.SPINNING_BLAS_THREADS_MACS` or more: they run on the threads of popjit's own
+copy of OpenBLAS, which sleep as soon as a product is done (:data:`~popjit.kernels.blas.PLANNED_THREADS_FROM`).
 
 Instead the engine splits the product like any parallel codelet (:mod:`popjit.codegen.native`):
 ``C`` is cut into blocks of :data:`BLOCK` rows (when it has at least as many rows as columns) or
@@ -25,9 +25,9 @@ pool has when it runs (``Invoke.planned``): a program gives the same bits on one
 from __future__ import annotations
 
 from .blas import (
-    BLAS_THREADS_FROM,
     BLAS_THREADS_MACS,
     HAVE_CBLAS,
+    PLANNED_THREADS_FROM,
     POOL_SPINS,
     SERIAL_GEMM_MACS,
 )
@@ -76,14 +76,14 @@ def chunks_per_thread(batch: int, m: int, n: int, k: int) -> int | None:
 
 
 def blas_split(batch: int, m: int, n: int, k: int, spins: bool = POOL_SPINS,
-               threads_from: int = BLAS_THREADS_FROM) -> tuple[int, int] | None:
+               threads_from: int = PLANNED_THREADS_FROM) -> tuple[int, int] | None:
     """``(units, units per task)`` of a product the engine splits over its threads, or None for one
     that runs as one BLAS call. With a pool whose workers sleep when idle: products from
     ``SERIAL_GEMM_MACS`` to ``BLAS_THREADS_MACS``, tall or deep, are split; smaller ones run serially,
     larger ones and short shallow ones on OpenBLAS's threads. With one whose workers spin (``spins``,
     :data:`~popjit.kernels.blas.POOL_SPINS`): every product of ``SPLIT_SPINNING_MACS`` or more is split,
     smaller ones run serially, and those whose entries have ``threads_from`` or more
-    (:data:`~popjit.kernels.blas.BLAS_THREADS_FROM`) on OpenBLAS's threads. Each task gets at least that
+    (:data:`~popjit.kernels.blas.PLANNED_THREADS_FROM`) on OpenBLAS's threads. Each task gets at least that
     threshold's multiply-adds."""
     macs = batch * m * n * k
     if spins:

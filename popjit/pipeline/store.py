@@ -18,11 +18,11 @@ Where programs are kept:
 
 ``<key>`` hashes the traced graph's fingerprint (structure, shapes, attributes, constant contents),
 the target IPU, the floating-point behaviour, every setting and the Poplar flags that change the
-generated code, the host CPU, thread count and which products use OpenBLAS's threads (they decide
-the matmul kernels), and the text of all of popjit's sources, so an edit to any pass, the scheduler
-or the code generator compiles again. A later process that traces the same graph loads the file
-(milliseconds) instead of running the graph passes, the lowering, the tile schedule and the code
-generation (0.7 s for the Keras CNN benchmark's training step, most of it the tile schedule).
+generated code, the host CPU and thread count (they decide the matmul kernels), and the text of all
+of popjit's sources, so an edit to any pass, the scheduler or the code generator compiles again. A
+later process that traces the same graph loads the file (milliseconds) instead of running the graph
+passes, the lowering, the tile schedule and the code generation (0.7 s for the Keras CNN
+benchmark's training step, most of it the tile schedule).
 
 The tile schedule itself is not kept (18 MB for that CNN): it is needed only to show it
 (``as_text("schedule")``) or report from it, and is computed again on first use. A program whose
@@ -85,8 +85,7 @@ KEY_PARTS = {
     "floating-point behaviour": "IPUConfig.floating_point_behaviour",
     "POPJIT settings": "the POPJIT_* settings that change generated code",
     "TF_POPLAR_FLAGS": "the Poplar flags that change generated code",
-    "host": "the host CPU, the thread count and which products use OpenBLAS's threads (they choose the matmul "
-            "kernels and how products are split)",
+    "host": "the host CPU and the thread count (they choose the matmul kernels)",
     "popjit sources": "the text of every popjit source file",
 }
 
@@ -94,8 +93,6 @@ KEY_PARTS = {
 def key_parts(graph_fingerprint: str, target: Any, numerics: Any) -> dict[str, str]:
     """What a program's key hashes, by the names of :data:`KEY_PARTS` (the recompilation log names the
     part that changed, :func:`changed_parts`)."""
-    from popjit.kernels.blas import BLAS_THREADS_FROM  # why here: it loads OpenBLAS, which `popjit cache` needs not
-
     settings = {name: config.get(name) for name in config.SETTINGS if name not in UNKEYED_SETTINGS}
     llvm.initialize_native_target()
     return {
@@ -104,7 +101,7 @@ def key_parts(graph_fingerprint: str, target: Any, numerics: Any) -> dict[str, s
         "floating-point behaviour": repr(numerics),
         "POPJIT settings": repr(sorted(settings.items())),
         "TF_POPLAR_FLAGS": repr(poplar_flags().codegen_key()),
-        "host": repr((llvm.get_host_cpu_name(), threads_to_use(), BLAS_THREADS_FROM)),
+        "host": repr((llvm.get_host_cpu_name(), threads_to_use())),
         "popjit sources": source_fingerprint(),
     }
 

@@ -42,7 +42,8 @@ got = tf.function(lambda x, y: tf.matmul(x, y), jit_compile=True)(a, b).numpy()
 print(json.dumps({"numpy": corename(blas._NUMPY_LIB), "popjit": corename(blas._LIB),
                   "own_copy": blas._LIB is not blas._NUMPY_LIB, "description": blas.blas_description(),
                   "error": float(np.max(np.abs(got - a.astype(np.float64) @ b))),
-                  "spins": blas.POOL_SPINS, "quiet": host_is_quiet(), "threads_from": blas.BLAS_THREADS_FROM}))
+                  "spins": blas.POOL_SPINS, "quiet": host_is_quiet(), "threads_from": blas.BLAS_THREADS_FROM,
+                  "planned": blas.PLANNED_THREADS_FROM}))
 """
 
 
@@ -75,13 +76,13 @@ def test__beside_a_sleeping_pool_without_openblas_coretype__popjit_calls_numpys_
     assert got["error"] < 1e-4 and got["threads_from"] == blas.SERIAL_GEMM_MACS
 
 
-def test__beside_a_spinning_pool_on_a_quiet_host__popjit_runs_its_own_copy(tmp_path, cpu_kernels) -> None:
-    """Its copy's threads sleep as soon as a product is done, so the largest products can use them; on a
-    busy host (or when no copy loads) no product does."""
+def test__beside_a_spinning_pool__popjit_runs_its_own_copy(tmp_path, cpu_kernels) -> None:
+    """Its copy's threads sleep as soon as a product is done, so the largest products can use them; a
+    process started on a busy host compiles them split."""
     got = report(tmp_path, OPENBLAS_CORETYPE=None, POPJIT_OPENBLAS_CORETYPE=None, NUMBA_THREADING_LAYER="omp")
-    assert got["spins"] and got["numpy"] == got["popjit"] == cpu_kernels
-    assert got["own_copy"] == got["quiet"]
-    assert got["threads_from"] == (blas.SPINNING_BLAS_THREADS_MACS if got["quiet"] else blas.NEVER)
+    assert got["spins"] and got["numpy"] == got["popjit"] == cpu_kernels and got["own_copy"]
+    assert got["threads_from"] == blas.SPINNING_BLAS_THREADS_MACS
+    assert got["planned"] == (blas.SPINNING_BLAS_THREADS_MACS if got["quiet"] else blas.NEVER)
     assert got["error"] < 1e-4
 
 

@@ -155,13 +155,13 @@ def test__a_compiled_large_product__runs_split_and_equals_numpy() -> None:
 
 def test__a_compiled_product_past_the_split_range__is_split_unless_openblas_threads_run_it() -> None:
     """Beside a sleeping pool a product past the split range runs on OpenBLAS's threads; beside a spinning
-    one too on a quiet host (``BLAS_THREADS_FROM``), else it is split."""
+    one too when popjit compiles on a quiet host (``PLANNED_THREADS_FROM``), else it is split."""
     side = 1 + round(blas.BLAS_THREADS_MACS ** (1 / 3))
     a = np.ones((side, side), np.float32)
     matmul = tf.function(tf.matmul, jit_compile=True)
     callees = [c.name for c in matmul.get_concrete_function(a, a).executable("/device:CPU:0").engine_source.callees]
-    on_openblas_threads = side ** 3 >= blas.BLAS_THREADS_FROM
-    assert on_openblas_threads == (not blas.POOL_SPINS or blas.BLAS_THREADS_FROM == blas.SPINNING_BLAS_THREADS_MACS)
+    on_openblas_threads = side ** 3 >= blas.PLANNED_THREADS_FROM
+    assert on_openblas_threads == (not blas.POOL_SPINS or blas.PLANNED_THREADS_FROM == blas.SPINNING_BLAS_THREADS_MACS)
     assert ("matmul_split" in callees) != on_openblas_threads and ("matmul_f32" in callees) == on_openblas_threads
     np.testing.assert_array_equal(matmul(a, a).numpy()[:2, :2], np.full((2, 2), side, np.float32))
 

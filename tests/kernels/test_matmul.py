@@ -80,10 +80,11 @@ def test__a_product_on_openblas_threads__runs_from_the_cache_in_a_later_process(
 
 @pytest.mark.parametrize("m,n,k", [(1024, 1024, 128), (1024, 1024, 127), (64, 64, 64)])
 def test__which_gemms_take_openblas_threads(m, n, k) -> None:
-    """The products of ``BLAS_THREADS_FROM`` multiply-adds or more get OpenBLAS's threads, as many as
-    popjit's pool has (the codelet reads the bound at run time), the others none."""
+    """The products of ``BLAS_THREADS_FROM`` multiply-adds or more that run as one call get OpenBLAS's
+    threads, as many as popjit's pool has (the codelet reads the bound at run time), the others none."""
     least = blas.BLAS_THREADS_FROM
-    assert least == blas.openblas_threads_from(blas.POOL_SPINS, host_is_quiet(), blas._LIB is not blas._NUMPY_LIB)
+    assert least == blas.openblas_threads_from(blas.POOL_SPINS, blas._LIB is not blas._NUMPY_LIB)
+    assert (least if host_is_quiet() or not blas.POOL_SPINS else blas.NEVER) == blas.PLANNED_THREADS_FROM
     start_parallel_runtime()  # as an engine does before it runs
     before = thread_local_count(1)
     try:
@@ -99,8 +100,7 @@ def test__which_gemms_take_openblas_threads(m, n, k) -> None:
 
 
 def test__openblas_threads_are_used_from_a_bound_that_depends_on_the_pool_and_the_host() -> None:
-    assert blas.openblas_threads_from(False, False, False) == blas.SERIAL_GEMM_MACS, "a sleeping pool"
-    assert blas.openblas_threads_from(False, True, True) == blas.SERIAL_GEMM_MACS
-    assert blas.openblas_threads_from(True, True, True) == blas.SPINNING_BLAS_THREADS_MACS, "quiet, own copy"
-    assert blas.openblas_threads_from(True, False, True) == blas.NEVER, "beside busy processes the split wins"
-    assert blas.openblas_threads_from(True, True, False) == blas.NEVER, "NumPy's threads spin 0.1 s after a call"
+    assert blas.openblas_threads_from(False, False) == blas.SERIAL_GEMM_MACS, "a sleeping pool"
+    assert blas.openblas_threads_from(False, True) == blas.SERIAL_GEMM_MACS
+    assert blas.openblas_threads_from(True, True) == blas.SPINNING_BLAS_THREADS_MACS, "popjit's own copy"
+    assert blas.openblas_threads_from(True, False) == blas.NEVER, "NumPy's threads spin 0.1 s after a call"
