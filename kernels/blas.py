@@ -276,8 +276,9 @@ def blas_threads(count: int) -> Iterator[None]:
 
     why: popjit decides how its products use the cores (serial calls on its own threads beside a
     spinning pool, :data:`POOL_SPINS`), whatever ``OPENBLAS_NUM_THREADS`` the user's environment
-    holds for other programs. The count is the process's (:data:`set_threads_local`): NumPy's own
-    products on other threads run with it while the block runs."""
+    holds for other programs. The count is the library's, for the whole process (:data:`set_threads_local`):
+    when popjit runs NumPy's own library (no private copy, :func:`_popjit_openblas`), NumPy's products on
+    other threads run with it while the block runs."""
     global _holders, _count_before
     if _LIB is None or not hasattr(_LIB, "openblas_set_num_threads_local"):
         yield
