@@ -160,3 +160,16 @@ def test__the_own_copys_threads_sleep_as_soon_as_a_product_is_done() -> None:
         running[timeout] = _product_then_running_threads(lib, threads)
     assert not running[blas.OWN_THREAD_TIMEOUT], "the own copy's threads still run after the product"
     assert running[None], "with OpenBLAS's default timeout its threads spin after a product"
+
+
+@pytest.mark.skipif(blas._LIB is blas._NUMPY_LIB, reason="popjit runs NumPy's own library here (workqueue)")
+def test__with_its_own_copy__popjit_leaves_numpys_thread_count_alone() -> None:
+    """An engine runs with OpenBLAS's count at 1 (``blas_threads``): the count of popjit's copy, so NumPy's
+    products on other threads keep theirs."""
+    before = blas._NUMPY_LIB.openblas_set_num_threads_local(2)
+    try:
+        with blas.blas_threads(1):
+            assert blas._LIB.scipy_openblas_get_num_threads64_() == 1
+            assert blas._NUMPY_LIB.scipy_openblas_get_num_threads64_() == 2
+    finally:
+        blas._NUMPY_LIB.openblas_set_num_threads_local(before)
