@@ -107,7 +107,6 @@ def _popjit_openblas(numpy_lib: ctypes.CDLL | None, thread_timeout: int | None) 
     not the ones ``POPJIT_OPENBLAS_CORETYPE`` asks for (by default the CPU's, whatever
     ``OPENBLAS_CORETYPE`` says) or its threads should sleep after ``thread_timeout`` (a power of two of
     cycles, :data:`OWN_THREAD_TIMEOUT`); then a private copy (:func:`_private_openblas`)."""
-    path = _numpy_openblas_path()
     if numpy_lib is None or config.get("DISABLE_NUMBA"):
         return numpy_lib
     user = os.environ.get("OPENBLAS_CORETYPE") or None
@@ -115,10 +114,11 @@ def _popjit_openblas(numpy_lib: ctypes.CDLL | None, thread_timeout: int | None) 
     if wanted == user and thread_timeout is None:
         return numpy_lib
     try:
-        return _private_openblas(path, wanted, thread_timeout)
+        return _private_openblas(_numpy_openblas_path(), wanted, thread_timeout)
     except OSError as e:
+        kernels = f"with OPENBLAS_CORETYPE={user}'s kernels" if user else "whose threads spin after each product"
         warnings.warn(f"popjit could not load its own copy of NumPy's OpenBLAS ({e}); its products run on NumPy's, "
-                      f"with OPENBLAS_CORETYPE={user}'s kernels", RuntimeWarning, stacklevel=2)
+                      f"{kernels}", RuntimeWarning, stacklevel=2)
         return numpy_lib
 
 
@@ -191,10 +191,11 @@ BLAS_THREADS_FROM = openblas_threads_from(POOL_SPINS, _LIB is not _NUMPY_LIB)
 #: Beside a spinning pool, from how many multiply-adds the products this process compiles run as one
 #: call on OpenBLAS's threads instead of being split over the pool (:func:`~popjit.kernels.blas_split.blas_split`):
 #: :data:`BLAS_THREADS_FROM` on a host that was quiet as popjit started (:func:`~popjit.kernels.jit.host_is_quiet`,
-#: as for the spin count), else never. why not a key of the cached programs: a host's load changes from
+#: as for the spin count), else never; beside a sleeping pool, :data:`BLAS_THREADS_FROM` (where
+#: :mod:`~popjit.kernels.blas_split` has its own rule). why not a key of the cached programs: a host's load changes from
 #: one process to the next, and a program compiled either way runs well enough the other way (one
 #: compiled quiet, loaded beside a busy process, runs them on OpenBLAS's threads: W2 10-30% slower).
-PLANNED_THREADS_FROM = BLAS_THREADS_FROM if host_is_quiet() else NEVER
+PLANNED_THREADS_FROM = BLAS_THREADS_FROM if not POOL_SPINS or host_is_quiet() else NEVER
 
 #: The symbol of :data:`BLAS_THREADS_FROM`'s value in memory, which codelets load at run time. why not a
 #: constant: compiled codelets are kept on disk and shared by processes that decided differently.

@@ -28,6 +28,7 @@ from .rounding import f32_to_f16_nanoo, f32_to_f16_sr, f32_to_f16_sr_nanoo, sr_b
 if HAVE_CBLAS:
     from llvmlite import ir
     from numba import types
+    from numba.core import cgutils
     from numba.extending import intrinsic
 
     @intrinsic
@@ -41,8 +42,8 @@ if HAVE_CBLAS:
         start_parallel_runtime()
 
         def codegen(context, builder, signature, args):
-            function = builder.module.globals.get("get_num_threads") or ir.Function(
-                builder.module, ir.FunctionType(ir.IntType(32), []), "get_num_threads")
+            function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(32), []),
+                                                      "get_num_threads")
             return builder.call(function, [])
 
         return types.int32(), codegen

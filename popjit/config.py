@@ -85,8 +85,8 @@ SETTINGS: dict[str, Setting] = {
                 "the cache is emptied may differ, and with it a result's last bits)"),
         Setting("OPENBLAS_CORETYPE", _coretype, None,
                 "the OpenBLAS kernels popjit's float matmuls run (unset: the CPU's own, whatever the user's "
-                "OPENBLAS_CORETYPE forces on NumPy; popjit then loads a private copy of NumPy's OpenBLAS, kept in "
-                "the cache directory); a kernel name such as Haswell or SkylakeX; numpy: NumPy's, as "
+                "OPENBLAS_CORETYPE forces on NumPy; popjit then loads a private copy of NumPy's OpenBLAS, made in "
+                "memory); a kernel name such as Haswell or SkylakeX; numpy: NumPy's, as "
                 "OPENBLAS_CORETYPE configured them. Read once, when popjit's kernels are imported"),
         Setting("IMPLICIT_GEMM", _bool, False,
                 "1: a float matmul operand written by one element-wise kernel and read only by matmuls (a "

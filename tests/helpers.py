@@ -3,6 +3,7 @@ compare against NumPy with per-dtype tolerances, and run a program in a fresh Py
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -93,3 +94,11 @@ def device_of(ipus: int, trap_div0: bool = False) -> Any:
     cfg.floating_point_behaviour.div0 = trap_div0
     cfg.configure_ipu_system()
     return ipu.ipu_strategy.IPUStrategy()
+
+
+def thread_local_count(n: int) -> int:
+    """Set the OpenBLAS thread count of the library popjit's products call to ``n``; the previous count."""
+    from popjit.kernels import blas
+
+    assert blas._LIB is not None
+    return int(ctypes.c_int(blas._LIB.openblas_set_num_threads_local(n)).value)

@@ -1,8 +1,8 @@
 """popjit's products run on the CPU's own OpenBLAS kernels whatever the user's ``OPENBLAS_CORETYPE``
 forces on NumPy (issue 9: no user variable may cost popjit its speed): under it popjit loads a private
 copy of NumPy's OpenBLAS (made in memory), and ``POPJIT_OPENBLAS_CORETYPE`` chooses otherwise. The
-copy also runs popjit's products beside its spinning pool on a quiet host, its threads sleeping as
-soon as a product is done. Each case runs in a fresh process, as OpenBLAS reads the variable once, when it loads."""
+copy also runs popjit's products beside its spinning pool, its threads sleeping as soon as a product
+is done. Each case runs in a fresh process, as OpenBLAS reads the variable once, when it loads."""
 
 from __future__ import annotations
 

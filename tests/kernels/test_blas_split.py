@@ -7,7 +7,6 @@ included) and OpenBLAS's own call for a larger one."""
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import subprocess
@@ -37,15 +36,9 @@ from popjit.kernels.blas_split import (
 from popjit.kernels.jit import single_threaded
 from popjit.kernels.threads import threads_to_use
 from popjit.pipeline.compiler import lower_graph, optimize_graph
+from tests.helpers import thread_local_count
 
 pytestmark = pytest.mark.skipif(not blas.HAVE_CBLAS, reason="NumPy's OpenBLAS is not available")
-
-
-def thread_local_count(n: int) -> int:
-    """Set this thread's OpenBLAS thread count to ``n``; the previous count."""
-    lib = blas._LIB
-    assert lib is not None
-    return int(ctypes.c_int(lib.openblas_set_num_threads_local(n)).value)
 
 
 def units(batch: int, m: int, n: int) -> int:

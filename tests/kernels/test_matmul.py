@@ -4,7 +4,6 @@ they found it."""
 
 from __future__ import annotations
 
-import ctypes
 import os
 import subprocess
 import sys
@@ -15,15 +14,9 @@ import pytest
 
 from popjit.kernels import blas, matmul
 from popjit.kernels.jit import host_is_quiet, start_parallel_runtime
+from tests.helpers import thread_local_count
 
 pytestmark = pytest.mark.skipif(not blas.HAVE_CBLAS, reason="NumPy's OpenBLAS is not available")
-
-
-def thread_local_count(n: int) -> int:
-    """Set this thread's OpenBLAS thread count to ``n``; the previous count."""
-    lib = blas._LIB
-    assert lib is not None
-    return int(ctypes.c_int(lib.openblas_set_num_threads_local(n)).value)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
