@@ -102,6 +102,15 @@ def _memory_copy(path: str) -> str:
     return copy.name
 
 
+def _describe(lib: ctypes.CDLL) -> dict[str, str]:
+    text = {}
+    for name in ("config", "corename"):
+        function = getattr(lib, f"scipy_openblas_get_{name}64_")
+        function.restype = ctypes.c_char_p
+        text[name] = function().decode()
+    return text
+
+
 def _popjit_openblas(numpy_lib: ctypes.CDLL | None, thread_timeout: int | None) -> ctypes.CDLL | None:
     """The OpenBLAS popjit's products call: NumPy's own (``numpy_lib``), unless the kernels it runs are
     not the ones ``POPJIT_OPENBLAS_CORETYPE`` asks for (by default the CPU's, whatever
@@ -114,12 +123,18 @@ def _popjit_openblas(numpy_lib: ctypes.CDLL | None, thread_timeout: int | None) 
     if wanted == user and thread_timeout is None:
         return numpy_lib
     try:
-        return _private_openblas(_numpy_openblas_path(), wanted, thread_timeout)
+        lib = _private_openblas(_numpy_openblas_path(), wanted, thread_timeout)
     except OSError as e:
         kernels = f"with OPENBLAS_CORETYPE={user}'s kernels" if user else "whose threads spin after each product"
         warnings.warn(f"popjit could not load its own copy of NumPy's OpenBLAS ({e}); its products run on NumPy's, "
                       f"{kernels}", RuntimeWarning, stacklevel=2)
         return numpy_lib
+    if config.get("OPENBLAS_CORETYPE") not in (None, "numpy") and hasattr(lib, "scipy_openblas_get_corename64_"):
+        ran = _describe(lib)["corename"]
+        if ran.lower() != wanted.lower():  # why: OpenBLAS falls back to the CPU's kernels on a name it does not know
+            raise ValueError(f"POPJIT_OPENBLAS_CORETYPE={wanted}: OpenBLAS has no kernels of that name (it ran its "
+                             f"{ran} kernels); use one of its core names, such as Haswell or SkylakeX, or unset it")
+    return lib
 
 
 #: Whether popjit's pool's workers spin when idle (:func:`~popjit.kernels.jit.pool_spins`: OpenMP's,
@@ -201,15 +216,6 @@ PLANNED_THREADS_FROM = BLAS_THREADS_FROM if not POOL_SPINS or host_is_quiet() el
 #: constant: compiled codelets are kept on disk and shared by processes that decided differently.
 THREADS_FROM_SYMBOL = "popjit_blas_threads_from"
 _THREADS_FROM = ctypes.c_int64(BLAS_THREADS_FROM)
-
-
-def _describe(lib: ctypes.CDLL) -> dict[str, str]:
-    text = {}
-    for name in ("config", "corename"):
-        function = getattr(lib, f"scipy_openblas_get_{name}64_")
-        function.restype = ctypes.c_char_p
-        text[name] = function().decode()
-    return text
 
 
 def blas_description() -> str:

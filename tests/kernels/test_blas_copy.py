@@ -114,6 +114,14 @@ def test__popjit_openblas_coretype__parses(raw, value) -> None:
     assert config.SETTINGS["OPENBLAS_CORETYPE"].parse(raw) == value
 
 
+def test__popjit_openblas_coretype__naming_no_kernels_of_openblas_is_an_error(tmp_path) -> None:
+    env = {**os.environ, "POPJIT_OPENBLAS_CORETYPE": "NoSuchCore", "POPJIT_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", "import popjit.kernels.blas"], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode != 0
+    assert "ValueError: POPJIT_OPENBLAS_CORETYPE=NoSuchCore: OpenBLAS has no kernels of that name" in out.stderr
+
+
 def test__popjit_openblas_coretype__rejects_what_cannot_be_a_kernel_name() -> None:
     with pytest.raises(ValueError, match=r"POPJIT_OPENBLAS_CORETYPE='a b'.*numpy or an OpenBLAS kernel name"):
         config.SETTINGS["OPENBLAS_CORETYPE"].parse("a b")
