@@ -71,6 +71,14 @@ def write_perf_map(path: Path) -> int:
     return len(starts)
 
 
+def _openblas_copy_in_a_file() -> None:
+    """Make popjit's private OpenBLAS copy (``kernels.blas``) a temporary file, not an anonymous in-memory
+    one: perf names a library's symbols from its file, and reads it when reporting. Call before popjit is
+    imported."""
+    if hasattr(os, "memfd_create"):
+        del os.memfd_create
+
+
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.codelet_profile", description=__doc__.split("\n")[0])
     parser.add_argument("workload", choices=sorted(workloads.IMPLS))
@@ -84,6 +92,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
+    _openblas_copy_in_a_file()
     _record_loaded_libraries()
     sizes = {k: v for k in SIZES if (v := getattr(args, k)) is not None}
     problem = workloads.problem(args.workload, **sizes)

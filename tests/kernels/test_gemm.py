@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -145,6 +148,29 @@ def test__auto__measures_once_per_machine_and_keeps_the_choice_on_disk(tmp_path,
     assert uses_own_gemm(np.dtype(np.float32), 1, 8, 8, 8, False, False) is False, "tiny: BLAS, unmeasured"
     assert json.loads(path.read_text()) == {"float32 1x300x200x100 NT": not first}
     gemm_choice._loaded.cache_clear()
+
+
+#: Measures one product's kernels in a fresh process (``POPJIT_MATMUL=auto``), shapes from the command line.
+MEASURE = """
+import sys
+import numpy as np
+from popjit.kernels.gemm_choice import uses_own_gemm
+m, n, k = map(int, sys.argv[1:])
+print(uses_own_gemm(np.dtype(np.float32), 1, m, n, k, False, False))
+"""
+
+
+@pytest.mark.slow
+def test__auto__measures_in_a_process_that_loads_the_kernels_from_the_cache(tmp_path) -> None:
+    """The BLAS codelet calls Numba's parallel runtime by symbol. Loaded from Numba's cache (no typing, which
+    starts the runtime), it crashed the measurement of a new shape before any engine had started it."""
+    env = {**os.environ, "POPJIT_MATMUL": "auto", "POPJIT_CACHE_DIR": str(tmp_path / "cache"),
+           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    for shape in ("300", "200", "100"), ("301", "200", "100"):
+        run = subprocess.run([sys.executable, "-c", MEASURE, *shape], capture_output=True, text=True, env=env,
+                             timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert run.stdout.split() in (["True"], ["False"])
 
 
 def test__integer_and_half_matmuls__never_use_the_float_gemm():
