@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from popjit import context, dtypes
+from popjit.buffers import aligned_copy
 from popjit.frontend import gradient_tape
 from popjit.frontend.tensor import Tensor, TensorShape
 from popjit.frontend.tracing import current_trace, tracing
@@ -64,10 +65,10 @@ class Variable:
             raise ValueError("A tf.Variable cannot be initialised from a symbolic tensor inside a tf.function; "
                              "create variables outside the traced function.")
         initial = graph.evaluate(init) if init.is_symbolic else init.numpy()  # type: ignore[union-attr]
-        value = np.array(initial, copy=True, order="C")  # engines read and write C-ordered buffers in place
+        value = aligned_copy(initial)  # engines read and write C-ordered buffers in place
         strategy = context.current_strategy()
         if strategy is not None and graph is None:
-            value = np.asarray(strategy.initial_value(value), order="C")  # (ascontiguousarray makes 0-d 1-d)
+            value = aligned_copy(strategy.initial_value(value))
         self._id = next(_ids)
         self._name = (name or "Variable").split(":")[0]
         self._trainable = bool(trainable)

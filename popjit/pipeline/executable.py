@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from popjit.buffers import AlignedLayout, aligned_empty
 from popjit.codegen.engine import COLLECTIVE_CALLEE, EngineSource, storage_dtype
 from popjit.codegen.library import LibraryStore
 from popjit.codegen.numerics import TRAPPED, trap_names
@@ -111,8 +112,8 @@ class Executable:
         Python host function performs them)."""
         p = self._check_feeds(feeds)
         fed = feeds.take_inputs(p) if p.stream_in else {}  # first: a dry infeed fails before anything runs
-        outs = [np.empty(b.shape, b.dtype.np) for b in p.outs]
-        drained = {b.uid: np.empty(b.shape, b.dtype.np) for b in p.stream_out}
+        outs = [aligned_empty(b.shape, b.dtype.np) for b in p.outs]
+        drained = {b.uid: aligned_empty(b.shape, b.dtype.np) for b in p.stream_out}
         buffers = self._buffers(args, variables, outs, fed, drained)
         state = self._rounding_state(rounding)
         saved = self._saved_state(variables, state)
@@ -176,9 +177,16 @@ class Executable:
         buffers += [device_view(o, b) for o, b in zip(outs, p.outs)]
         buffers += [device_view(fed[b.uid], b) for b in p.stream_in]
         buffers += [device_view(drained[b.uid], b) for b in p.stream_out]
-        unmaterialised = self.engine_source.unmaterialised  # why: never written, so never allocated
-        buffers += [np.empty(0 if b.uid in unmaterialised else b.size, storage_dtype(b.dtype)) for b in p.temps]
+        buffers += self._temporaries.allocate()
         return buffers
+
+    @functools.cached_property
+    def _temporaries(self) -> AlignedLayout:
+        """Where the engine's temporaries lie in the one allocation a run makes for them."""
+        unmaterialised = self.engine_source.unmaterialised  # why: never written, so never allocated
+        temps = self.program.temps
+        return AlignedLayout([0 if b.uid in unmaterialised else b.size for b in temps],
+                             [storage_dtype(b.dtype) for b in temps])
 
     def _rounding_state(self, rounding: np.ndarray | None) -> tuple[np.ndarray, ...]:
         """The extra engine argument of a program that rounds stochastically (none otherwise)."""
