@@ -10,7 +10,8 @@ or a parallel codelet cuts it into start anywhere in a cache line. why that matt
   on a line's start against 22.1-24.3 ms 16 or 32 bytes past it (three processes; serially 27.6-28.1 against
   29.0-30.1 ms).
 
-Variables (:class:`popjit.frontend.variables.Variable`), a run's results, outfeed buffers and temporaries
+Variables (:class:`popjit.frontend.variables.Variable`, and the copies replicas other than the first
+hold, :mod:`popjit.runtime.replicas`), a run's results, outfeed buffers and temporaries
 (:mod:`popjit.pipeline.executable`) are allocated here.
 """
 

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from popjit import config
+from popjit.buffers import aligned_copy
 from popjit.codegen import collective, host
 from popjit.codegen.engine import collectives
 from popjit.ir.loop import Buffer, Collective, Program
@@ -74,7 +75,7 @@ class ReplicaStore:
             if kept is None or kept[0] != version or (kept[1] and kept[1][0].shape != buf.shape):
                 kept = (version, [])
                 self.buffers[vid] = kept
-            kept[1].extend(buf.copy() for _ in range(len(kept[1]), replicas - 1))
+            kept[1].extend(aligned_copy(buf) for _ in range(len(kept[1]), replicas - 1))
             for r in range(replicas - 1):
                 others[r][vid] = kept[1][r]
         return [replica0, *others]

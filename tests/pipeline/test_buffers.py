@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import popjit.tensorflow as tf
 from popjit.buffers import CACHE_LINE, AlignedLayout, aligned_copy, aligned_empty, is_aligned
+from popjit.runtime.replicas import ReplicaStore
 
 DTYPES = st.sampled_from([np.float32, np.float64, np.float16, np.int32, np.int8, np.bool_, np.uint16])
 SHAPES = st.lists(st.integers(0, 9), max_size=3).map(tuple)
@@ -58,6 +59,16 @@ def test__a_variable__keeps_its_values_in_aligned_memory_through_assignments() -
         np.testing.assert_array_equal(v.numpy(), value)
         v.assign(value * 2)
         assert v._buffer is buffer, "assign replaced the buffer the engines update in place"
+
+
+def test__the_other_replicas__get_aligned_copies_of_replica_0s_variables() -> None:
+    first = {1: np.arange(12, dtype=np.float32).reshape(3, 4)[:, 1:], 2: np.ones(5, np.float64)}
+    replicas = ReplicaStore().variables(first, {1: 0, 2: 0}, 4)
+    assert replicas[0] is first
+    for others in replicas[1:]:
+        for vid, value in others.items():
+            assert is_aligned(value) and value is not first[vid]
+            np.testing.assert_array_equal(value, first[vid])
 
 
 def test__an_engine__gets_aligned_results_and_temporaries() -> None:
