@@ -138,10 +138,6 @@ def _measure(dtype: np.dtype, batch: int, m: int, n: int, k: int, ta: bool, tb: 
     # imports this module to decide, and a decision by setting or from the table needs neither
     from . import matmul
     from .gemm import gemm
-    from .jit import start_parallel_runtime
-
-    start_parallel_runtime()  # why: the BLAS codelet calls the runtime by symbol, and loaded from Numba's cache
-    # (no typing, which would start it) it would call into a runtime no engine has started yet
 
     rng = np.random.default_rng(0)
     a = rng.standard_normal(batch * m * k).astype(dtype)

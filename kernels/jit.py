@@ -79,7 +79,7 @@ def host_is_quiet() -> bool:
     """Whether popjit's threads each have a core that no other process's runnable thread needs, as popjit
     starts (:func:`~popjit.kernels.threads.runnable_elsewhere`, sampled for a few milliseconds). Decided
     once per process: it sets how long idle workers spin (:func:`openmp_spins`) and whether large
-    products use OpenBLAS's threads beside them (:data:`popjit.kernels.blas.BLAS_THREADS_FROM`)."""
+    products are planned on OpenBLAS's threads beside them (:data:`popjit.kernels.blas.PLANNED_THREADS_FROM`)."""
     return cores_to_spare(threads_to_use(), runnable_elsewhere())
 
 

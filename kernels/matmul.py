@@ -31,15 +31,18 @@ if HAVE_CBLAS:
     from numba.core import cgutils
     from numba.extending import intrinsic
 
+    # why at import: the codelets below call Numba's parallel runtime by symbol (pool_threads). Typing them
+    # would start it, but machine code loaded from Numba's cache is not typed, and a caller from Python (the
+    # gemm choice's measurement, a test) reached a runtime nobody had started: a segmentation fault
+    start_parallel_runtime()
+
     @intrinsic
     def pool_threads(typingctx):
         """The calling thread's count of popjit's pool threads (Numba's ``get_num_threads``), called by the
         runtime's symbol name. why not ``numba.get_num_threads()``: its nopython form calls the runtime
         through a ctypes pointer whose address is compiled in as a constant, so machine code kept in
         popjit's cache called a stale address in the next process (a segmentation fault), and Numba
-        refused to cache the codelets that use it. The runtime must be running
-        (:func:`~popjit.kernels.jit.start_parallel_runtime`: engines start it before they load)."""
-        start_parallel_runtime()
+        refused to cache the codelets that use it. The runtime is started as this module is imported."""
 
         def codegen(context, builder, signature, args):
             function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(32), []),

@@ -71,6 +71,32 @@ def test__a_product_on_openblas_threads__runs_from_the_cache_in_a_later_process(
     assert runs[1].stdout.split()[1] == "0", "the later process compiled the matmul codelet again"
 
 
+#: Calls the float32 BLAS codelet straight from Python, before anything else of popjit's has run.
+DIRECT_CALL = """
+import numpy as np
+from popjit.kernels import matmul
+a = np.arange(32 * 64, dtype=np.float32).reshape(32, 64) / 100
+b = np.arange(64 * 16, dtype=np.float32).reshape(64, 16) / 100
+out = np.zeros(32 * 16, np.float32)
+matmul.matmul_f32(out, a.reshape(-1), b.reshape(-1), 1, 32, 16, 64, False, False, 0, 0, 1.0, 0.0)
+print(float(np.max(np.abs(out.reshape(32, 16) - a.astype(np.float64) @ b) / np.abs(a.astype(np.float64) @ b).max())),
+      matmul.matmul_f32.stats.cache_misses.total())
+"""
+
+
+@pytest.mark.slow
+def test__the_blas_codelet__runs_from_python_when_loaded_from_numbas_cache(tmp_path) -> None:
+    """The codelet calls Numba's parallel runtime by symbol. Loaded from Numba's cache it is not typed (typing
+    started the runtime), so a caller from Python before any engine, the second process here, crashed."""
+    env = {**os.environ, "POPJIT_CACHE_DIR": str(tmp_path / "cache"), "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    runs = [subprocess.run([sys.executable, "-c", DIRECT_CALL], capture_output=True, text=True, env=env,
+                           timeout=600) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert float(run.stdout.split()[0]) < 1e-3
+    assert runs[1].stdout.split()[1] == "0", "the later process compiled the codelet again, not from the cache"
+
+
 @pytest.mark.parametrize("m,n,k", [(1024, 1024, 128), (1024, 1024, 127), (64, 64, 64)])
 def test__which_gemms_take_openblas_threads(m, n, k) -> None:
     """The products of ``BLAS_THREADS_FROM`` multiply-adds or more that run as one call get OpenBLAS's
