@@ -32,9 +32,11 @@ def _padded(nbytes: int) -> int:
     return -(-nbytes // CACHE_LINE) * CACHE_LINE
 
 
-def _line_start(raw: np.ndarray) -> int:
-    """How many bytes into ``raw`` (bytes) its first cache line starts."""
-    return -raw.ctypes.data % CACHE_LINE
+def _aligned_bytes(nbytes: int) -> np.ndarray:
+    """``nbytes`` uninitialised bytes starting on a cache line (a view into a slightly larger allocation)."""
+    raw = np.empty(nbytes + CACHE_LINE, np.uint8)
+    start = -raw.ctypes.data % CACHE_LINE
+    return raw[start:start + nbytes]
 
 
 def aligned_empty(shape: int | tuple[int, ...], dtype: Any) -> np.ndarray:
@@ -44,10 +46,7 @@ def aligned_empty(shape: int | tuple[int, ...], dtype: Any) -> np.ndarray:
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     if dtype.hasobject:
         return np.empty(shape, dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    raw = np.empty(nbytes + CACHE_LINE, np.uint8)
-    start = _line_start(raw)
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
+    return _aligned_bytes(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
 
 
 class AlignedLayout:
@@ -66,9 +65,8 @@ class AlignedLayout:
 
     def allocate(self) -> list[np.ndarray]:
         """New uninitialised buffers, one per size given."""
-        raw = np.empty(self._total + CACHE_LINE, np.uint8)
-        start = _line_start(raw)
-        return [raw[start + lo:start + hi].view(dtype) for lo, hi, dtype in self._parts]
+        block = _aligned_bytes(self._total)
+        return [block[lo:hi].view(dtype) for lo, hi, dtype in self._parts]
 
 
 def aligned_copy(array: Any) -> np.ndarray:
