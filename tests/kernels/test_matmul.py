@@ -54,21 +54,28 @@ print(float(np.max(np.abs(got - a.astype(np.float64) @ a))), matmul.matmul_f32.s
 """
 
 
+def assert_runs_twice_from_one_cache(script: str, tmp_path, **settings: str) -> None:
+    """Run ``script`` in two fresh processes sharing popjit's and Numba's caches (with the environment
+    ``settings``): both print an error below 1e-3 and how many times the matmul codelet compiled, which for
+    the second must be 0 (it loads the first one's machine code)."""
+    env = {**os.environ, **settings, "POPJIT_CACHE_DIR": str(tmp_path / "cache"),
+           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    env.pop("TF_POPLAR_FLAGS", None)
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+            for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert float(run.stdout.split()[0]) < 1e-3
+    assert runs[1].stdout.split()[1] == "0", "the later process compiled the matmul codelet again"
+
+
 @pytest.mark.slow
 def test__a_product_on_openblas_threads__runs_from_the_cache_in_a_later_process(tmp_path) -> None:
     """The codelet that gives a large product OpenBLAS's threads reads the pool's thread count by the
     runtime's symbol: read through Numba's ``get_num_threads``, the address of a ctypes pointer was
     compiled into the cached program, and the next process crashed calling it; Numba would not cache
     the matmul codelets either (so the later process compiles none of them)."""
-    env = {**os.environ, "NUMBA_THREADING_LAYER": "workqueue", "POPJIT_CACHE_DIR": str(tmp_path / "cache"),
-           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
-    env.pop("TF_POPLAR_FLAGS", None)
-    runs = [subprocess.run([sys.executable, "-c", LARGE_PRODUCT], capture_output=True, text=True, env=env,
-                           timeout=600) for _ in range(2)]
-    for run in runs:
-        assert run.returncode == 0, run.stderr[-3000:]
-        assert float(run.stdout.split()[0]) < 1e-3
-    assert runs[1].stdout.split()[1] == "0", "the later process compiled the matmul codelet again"
+    assert_runs_twice_from_one_cache(LARGE_PRODUCT, tmp_path, NUMBA_THREADING_LAYER="workqueue")
 
 
 #: Calls the float32 BLAS codelet straight from Python, before anything else of popjit's has run.
@@ -88,13 +95,7 @@ print(float(np.max(np.abs(out.reshape(32, 16) - a.astype(np.float64) @ b) / np.a
 def test__the_blas_codelet__runs_from_python_when_loaded_from_numbas_cache(tmp_path) -> None:
     """The codelet calls Numba's parallel runtime by symbol. Loaded from Numba's cache it is not typed (typing
     started the runtime), so a caller from Python before any engine, the second process here, crashed."""
-    env = {**os.environ, "POPJIT_CACHE_DIR": str(tmp_path / "cache"), "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
-    runs = [subprocess.run([sys.executable, "-c", DIRECT_CALL], capture_output=True, text=True, env=env,
-                           timeout=600) for _ in range(2)]
-    for run in runs:
-        assert run.returncode == 0, run.stderr[-3000:]
-        assert float(run.stdout.split()[0]) < 1e-3
-    assert runs[1].stdout.split()[1] == "0", "the later process compiled the codelet again, not from the cache"
+    assert_runs_twice_from_one_cache(DIRECT_CALL, tmp_path)
 
 
 @pytest.mark.parametrize("m,n,k", [(1024, 1024, 128), (1024, 1024, 127), (64, 64, 64)])
