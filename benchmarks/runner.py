@@ -4,6 +4,7 @@
     python -m benchmarks --only chain matmul  # skip the training loops and the fresh-process compile timings
     python -m benchmarks --only train         # the training loops (W1, W2) and W1's first-call compile time
     python -m benchmarks --only keras         # Keras fit: K1 (CNN) and K2 (LSTM), and their first epochs
+    python -m benchmarks --only busy          # W1 and K2 again, beside a busy process started after them
     python -m benchmarks --only tf1           # TF1 Sessions: feed_dict per step against infeed + loops.repeat
     python -m benchmarks --only replicas      # W1 and the Keras CNN as 1, 2 and 4 replicas (popjit only)
     python -m benchmarks --only pipeline      # W1 as a 4-stage pipeline: estimated utilisation vs the ideal
@@ -22,17 +23,19 @@ measurements, not assertions.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from benchmarks import keras_workloads, pipeline_workloads, replica_workloads, tf1_workloads, workloads
 from benchmarks.firstcall import COMPILERS, first_calls
-from benchmarks.timing import interleaved_best, machine_summary
+from benchmarks.timing import busy_process, interleaved_best, machine_summary
 
-SECTIONS = ("chain", "matmul", "train", "keras", "tf1", "compile", "replicas", "pipeline")
+SECTIONS = ("chain", "matmul", "train", "keras", "busy", "tf1", "compile", "replicas", "pipeline")
+BUSY = ", beside a busy process"  # the label suffix of the busy section's rows
 # issue 9's targets
 CHAIN_TARGET = 1.2  # popjit GB/s ≥ 1.2 x TF-XLA's
 MATMUL_TARGET = 0.95  # popjit GFLOP/s ≥ 95% of NumPy's BLAS
@@ -76,24 +79,37 @@ def prepare(problem: workloads.Problem, framework: str) -> workloads.Case | Row:
         return Row(problem.label, label, None, problem.unit, status="FAILED", note=f"{type(e).__name__}: {e}")
 
 
-def throughput_rows(problem: workloads.Problem, frameworks: Sequence[str], repeat: int, min_time: float) -> list[Row]:
+def throughput_rows(problem: workloads.Problem, frameworks: Sequence[str], repeat: int, min_time: float,
+                    beside: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+                    suffix: str = "") -> list[Row]:
     """Every framework (that implements the problem) on one problem, timed round-robin so that all see
-    the same machine."""
+    the same machine; the timing (not the building and checking) inside ``beside()``, the rows' label
+    ending in ``suffix``."""
     prepared = {}
     for fw in workloads.frameworks_for(problem.kind, frameworks):
-        _progress(f"{problem.label} on {workloads.LABELS[fw]}")
+        _progress(f"{problem.label}{suffix} on {workloads.LABELS[fw]}")
         prepared[fw] = prepare(problem, fw)
     cases = {fw: c for fw, c in prepared.items() if isinstance(c, workloads.Case)}
-    timings = interleaved_best({fw: c.call for fw, c in cases.items()}, repeat, warmup=1, min_seconds=min_time)
+    with beside():
+        timings = interleaved_best({fw: c.call for fw, c in cases.items()}, repeat, warmup=1, min_seconds=min_time)
     rows = []
     for fw, c in prepared.items():
         if isinstance(c, Row):
+            c.workload += suffix
             rows.append(c)
         else:
             t = timings[fw]
-            rows.append(Row(problem.label, workloads.LABELS[fw], c.rate(t.best), problem.unit, t.best * 1e3,
+            rows.append(Row(problem.label + suffix, workloads.LABELS[fw], c.rate(t.best), problem.unit, t.best * 1e3,
                             t.median * 1e3, note=c.note))
     return rows
+
+
+def busy_rows(frameworks: Sequence[str], repeat: int, min_time: float) -> list[Row]:
+    """W1 and the Keras LSTM K2 timed with one busy process beside them, started after each framework's
+    case was built, checked and run: the load a shared host adds while a program runs."""
+    problems = [workloads.train_problem(**workloads.TRAIN_SIZES["W1"]),
+                workloads.problem("keras", **keras_workloads.KERAS_SIZES["K2"])]
+    return [row for p in problems for row in throughput_rows(p, frameworks, repeat, min_time, busy_process, BUSY)]
 
 
 def compile_rows(workload: str, sizes: dict[str, int], frameworks: Iterable[str]) -> list[Row]:
@@ -159,6 +175,8 @@ def measure(sections: Sequence[str], frameworks: Sequence[str], repeat: int, min
         problems += [workloads.problem("tf1", **sizes) for sizes in tf1_workloads.TF1_SIZES.values()]
     for p in problems:
         rows += throughput_rows(p, frameworks, repeat, min_time)
+    if "busy" in sections:
+        rows += busy_rows(frameworks, repeat, min_time)
     if "train" in sections:
         _progress("first-call time of W1 in fresh processes")
         rows += compile_rows("train", workloads.TRAIN_SIZES["W1"], frameworks)
@@ -254,7 +272,7 @@ def target_lines(rows: Sequence[Row]) -> list[str]:
     cold = _value(rows, f"compile: {chain}", "popjit", "s cold")
     lines.append(f"(c) chain cold compile: popjit {_fmt(cold)} s  (target < {COMPILE_TARGET_S:.1f} s)  "
                  f"{_verdict(None if cold is None else cold < COMPILE_TARGET_S)}")
-    return lines + train_target_lines(rows) + keras_target_lines(rows)
+    return lines + train_target_lines(rows) + keras_target_lines(rows) + busy_target_lines(rows)
 
 
 def _versus_tf(rows: Sequence[Row], title: str, rate: str, target: float) -> str:
@@ -296,6 +314,24 @@ def keras_target_lines(rows: Sequence[Row]) -> list[str]:
             lines.append(f"(e) {name} first epoch incl. compile, cold: popjit {_fmt(firsts['popjit'])} s, "
                          f"Keras {_fmt(firsts['TF-XLA'])} s{verdict}")
         lines += _resized_line(rows, f"(e) {name}", f"compile: {label}")
+    return lines
+
+
+def busy_target_lines(rows: Sequence[Row]) -> list[str]:
+    """(i) beside a busy process: popjit / TF-XLA for W1 and K2 (no target of its own: the issue asks for
+    steady speed), and each framework's slowdown against its quiet best call in the same run."""
+    lines = []
+    for name, label in (("W1", workloads.problem_label("train", **workloads.TRAIN_SIZES["W1"])),
+                        ("K2", workloads.problem_label("keras", **keras_workloads.KERAS_SIZES["K2"]))):
+        if not any(r.workload == label + BUSY for r in rows):
+            continue
+        slowdowns = []
+        for fw in ("popjit", "TF-XLA"):
+            quiet, busy = _row(rows, label, fw), _row(rows, label + BUSY, fw)
+            if quiet and busy and quiet.best_ms and busy.median_ms:
+                slowdowns.append(f"{fw} median call {_fmt(busy.median_ms / quiet.best_ms)}x its quiet best")
+        lines.append(_rate_line(rows, f"(i) {name}{BUSY}", label + BUSY, "TF-XLA", "TF-XLA", 1.0)
+                     + (f"; {', '.join(slowdowns)}" if slowdowns else ""))
     return lines
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +22,20 @@ class Timing:
     best: float
     median: float
     repeat: int
+
+
+@contextlib.contextmanager
+def busy_process() -> Iterator[subprocess.Popen]:
+    """One other process that keeps a core busy (a Python loop) for the block: the neighbour a shared
+    host gives a program after it started."""
+    busy = subprocess.Popen([sys.executable, "-c", "print('ready', flush=True)\nwhile True: pass"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        busy.stdout.readline()
+        yield busy
+    finally:
+        busy.kill()
+        busy.wait()
 
 
 def best_of(call: Callable[[], Any], repeat: int = 7, warmup: int = 2, min_seconds: float = 0.0) -> Timing:

@@ -24,6 +24,7 @@ import functools
 import grp
 import hashlib
 import importlib
+import logging
 import os
 import pickle
 import pwd
@@ -44,7 +45,7 @@ import popjit
 from popjit import config
 from popjit.flags import poplar_flags
 
-from .threads import cores_to_spare, runnable_elsewhere, threads_to_use
+from .threads import ContentionWatch, cores_to_spare, runnable_elsewhere, threads_to_use
 
 # why: no ``arcp``. It lets LLVM turn ``x / y`` into ``x * (1 / y)`` (not correctly rounded:
 # ``floordiv`` by a broadcast scalar came out off by one), ``1 / sqrt(x)`` into the rsqrt estimate
@@ -187,6 +188,44 @@ def single_threaded() -> Iterator[None]:
         yield
     finally:
         numba.set_num_threads(before)
+
+
+#: Whether other processes need the cores now (looked at again every half second, between engine runs).
+CONTENTION = ContentionWatch()
+_contended_before = False
+
+
+@contextlib.contextmanager
+def threads_for_host() -> Iterator[None]:
+    """Run the engines the calling thread starts inside the block on one thread while other processes'
+    runnable threads need the cores popjit's pool would run on (:data:`CONTENTION`), else on the pool as
+    sized. The results are the same bits either way (:func:`single_threaded`). ``POPJIT_NUM_THREADS``
+    pins the count: set, the pool is used whatever the load.
+
+    why: the pool's idle workers spin before they sleep (:func:`openmp_spins`, chosen once at start).
+    Beside a busy process that started after a quiet start, each spin holds the core the other process
+    needs: W1's 100 steps took 140-181 ms a call (median) against 49-50 ms on one thread and 34 ms on two
+    threads with the host quiet (2-core VM; TF-XLA beside the same process 76-91 ms)."""
+    if (not parallel._is_initialized or config.get("NUM_THREADS") is not None
+            or not _switch_to_one_thread(numba.get_num_threads())):
+        yield
+        return
+    with single_threaded():
+        yield
+
+
+def _switch_to_one_thread(threads: int) -> bool:
+    """Whether an engine that would run on ``threads`` threads should run on one instead (and log each change)."""
+    global _contended_before
+    if threads <= 1:
+        return False
+    contended = CONTENTION.contended(threads)
+    if contended != _contended_before:
+        _contended_before = contended
+        logging.getLogger("popjit").info(
+            f"{CONTENTION.others:g} runnable threads of other processes need the cores: engines run on one "
+            "thread while they do" if contended else f"The cores are free again: engines run on {threads} threads")
+    return contended
 
 
 def cache_root() -> Path:

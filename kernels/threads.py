@@ -16,6 +16,7 @@ import math
 import os
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from popjit import config
@@ -92,3 +93,31 @@ def cores_to_spare(threads: int, others: float | None) -> bool:
     """Whether ``threads`` threads of popjit's pool would each have a core of their own beside ``others``
     runnable threads of other processes (:func:`runnable_elsewhere`; None: unknown, so no)."""
     return others is not None and others + threads <= (os.cpu_count() or 1)
+
+
+#: How long (seconds) popjit trusts its last look at whether other processes need the cores
+#: (:class:`ContentionWatch`): engines started within it reuse the answer.
+CONTENTION_RECHECK_S = 0.5
+
+
+class ContentionWatch:
+    """Whether other processes' runnable threads leave popjit's threads a core each, looked at again
+    (:func:`runnable_elsewhere`, three readings: about a millisecond) when the last look is older than
+    ``every`` seconds. ``look`` returns the runnable threads of other processes, None where unknown
+    (then never contended)."""
+
+    def __init__(self, every: float = CONTENTION_RECHECK_S,
+                 look: Callable[[], float | None] = lambda: runnable_elsewhere(samples=3)) -> None:
+        self.every = every
+        self.look = look
+        self.others: float | None = None  # the last look's count
+        self._stale_at = -math.inf
+
+    def contended(self, threads: int, now: float | None = None) -> bool:
+        """Whether ``threads`` threads of popjit would share a core with another process's runnable
+        thread (:func:`cores_to_spare`), by a look at most ``every`` seconds old at ``now``."""
+        now = time.monotonic() if now is None else now
+        if now >= self._stale_at:
+            self.others = self.look()
+            self._stale_at = now + self.every
+        return self.others is not None and not cores_to_spare(threads, self.others)

@@ -95,7 +95,8 @@ SETTINGS: dict[str, Setting] = {
         Setting("SEED", int, None, "popjit run: tf.random.set_seed(N) before the program starts"),
         Setting("NUM_THREADS", int, None,
                 "threads of parallel codelets and matmuls (default: the cores this process may use, from its CPU "
-                "affinity and cgroup quota)"),
+                "affinity and cgroup quota). Set, it also pins them: unset, engines run on one thread while other "
+                "processes' runnable threads need the cores"),
         Setting("LOG", _log_level, None,
                 "log popjit's messages at this level and above to stderr: debug, info (compile phases, why a "
                 "program compiles again, devices attaching, executables loaded from the cache), warning, error. "

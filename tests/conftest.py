@@ -7,7 +7,9 @@ runs more examples. The generated modules and machine code go to a temporary ``P
 shared by the xdist workers (never ``~/.cache/popjit``), and ``KERAS_HOME`` (which stock Keras writes
 to when the cross-checks import TensorFlow) and ``MPLCONFIGDIR`` (matplotlib's font cache, for
 ``popjit report --png``) to temporary directories too; all are removed when the session ends.
-Variables the caller set are used as they are.
+``POPJIT_NUM_THREADS`` is pinned to the cores the tests may use, so engines run on the pool whatever
+the other test workers do (unpinned, popjit runs them on one thread while other processes need the
+cores; the tests of that unpin it). Variables the caller set are used as they are.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if _OWN_CACHE in os.environ:  # an xdist worker: the controller made the directories
         return
     own = os.environ[_OWN_CACHE] = tempfile.mkdtemp(prefix="popjit-tests-")
+    from popjit.kernels.threads import available_cores
+
+    os.environ.setdefault("POPJIT_NUM_THREADS", str(available_cores()))
     os.environ.setdefault("POPJIT_CACHE_DIR", os.path.join(own, "cache"))
     os.environ.setdefault("KERAS_HOME", os.path.join(own, "keras"))
     os.environ.setdefault("MPLCONFIGDIR", os.path.join(own, "matplotlib"))

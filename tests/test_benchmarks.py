@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -338,6 +339,31 @@ def test_keras_targets_are_measured_ratios() -> None:
         in lines
     assert any("K2" in ln and "n/a" in ln for ln in lines)
     assert not any("K2 compile at twice" in ln for ln in lines), "not measured, not shown"
+
+
+def test_busy_targets_compare_with_tf_and_with_each_frameworks_quiet_best() -> None:
+    label = workloads.problem_label("train", **workloads.TRAIN_SIZES["W1"])
+    rows = [runner.Row(label, "popjit", 3500.0, "steps/s", best_ms=30.0, median_ms=33.0),
+            runner.Row(label, "TF-XLA", 2200.0, "steps/s", best_ms=45.0, median_ms=48.0),
+            runner.Row(label + runner.BUSY, "popjit", 2500.0, "steps/s", best_ms=40.0, median_ms=45.0),
+            runner.Row(label + runner.BUSY, "TF-XLA", 1100.0, "steps/s", best_ms=90.0, median_ms=99.0)]
+    lines = runner.busy_target_lines(rows)
+    assert len(lines) == 1, "K2 was not measured beside a busy process: no line"
+    assert lines[0].startswith("(i) W1, beside a busy process: popjit / TF-XLA = 2.27 (median calls 2.20)")
+    assert "popjit median call 1.50x its quiet best, TF-XLA median call 2.20x its quiet best" in lines[0]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads the process's CPU time from Linux's /proc")
+def test_busy_process_uses_a_core_for_the_block_and_ends_with_it() -> None:
+    def cpu_ticks(pid: int) -> int:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+
+    with timing.busy_process() as busy:
+        before = cpu_ticks(busy.pid)
+        time.sleep(0.3)
+        assert cpu_ticks(busy.pid) - before >= 5, "at least 50 ms of CPU in 0.3 s"
+    assert busy.returncode is not None
 
 
 def test_peak_memory_of_a_child_is_its_own() -> None:

@@ -35,7 +35,14 @@ from popjit.codegen.native import NativeEngine, engine_module
 from popjit.codegen.phases import CompileProgress, Phases, codelets_note
 from popjit.codegen.render import HEADER, SERIAL, Rendered
 from popjit.kernels.blas import blas_threads
-from popjit.kernels.jit import atomic_write, generation_dir, start_parallel_runtime, usable_dir, warn_once
+from popjit.kernels.jit import (
+    atomic_write,
+    generation_dir,
+    start_parallel_runtime,
+    threads_for_host,
+    usable_dir,
+    warn_once,
+)
 
 PACKAGE = "popjit_gen"
 
@@ -152,9 +159,10 @@ class Engine:
                  store: LibraryStore | None = None) -> int:
         """Run on ``buffers``, linking first on a new kind of buffers (:meth:`link`), with OpenBLAS's
         thread count at 1: every gemm is a serial call unless it raises the count itself
-        (:func:`popjit.kernels.matmul._threads_for`), and a split product's pieces run on popjit's threads."""
+        (:func:`popjit.kernels.matmul._threads_for`), and a split product's pieces run on popjit's threads,
+        or on the calling one while other processes need the cores (:func:`threads_for_host`)."""
         function, callees, _ = self.link(buffers, program, store)
-        with blas_threads(1):
+        with blas_threads(1), threads_for_host():
             return function(*buffers, ints, floats, stop, *state, callees)
 
     def link(self, buffers: Sequence[np.ndarray], program: str | None = None,

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from popjit.kernels import blas
 from popjit.kernels.jit import OPENMP_SPINS_SHARED
-from popjit.kernels.threads import cgroup_cpu_limit, cores_to_spare, runnable_elsewhere
+from popjit.kernels.threads import ContentionWatch, cgroup_cpu_limit, cores_to_spare, runnable_elsewhere
 
 
 def test__cgroup_v2_quota__in_cores(tmp_path: Path):
@@ -61,16 +63,27 @@ def test__cores_to_spare__only_when_every_pool_thread_has_a_core_of_its_own():
     assert not cores_to_spare(1, None), "unknown load: the pool spins briefly"
 
 
+@contextlib.contextmanager
+def busy_processes(count: int) -> Iterator[None]:
+    """``count`` real processes that keep a core busy each, running when the block starts."""
+    busy = [subprocess.Popen([sys.executable, "-c", "print('ready', flush=True)\nwhile True: pass"],
+                             stdout=subprocess.PIPE, text=True) for _ in range(count)]
+    try:
+        assert all(p.stdout.readline().strip() == "ready" for p in busy)
+        yield
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+
+
 @pytest.mark.slow
 def test__busy_processes__counted_and_the_openmp_pool_spins_briefly_beside_them():
     """Real busy processes on every core: they are counted as runnable, and a popjit process started beside
     them gives GNU OpenMP's idle workers the short spin (a long one took the cores they need) and splits
     every large product over its pool (OpenBLAS's threads, however briefly they spin, were slower there)."""
     cores = os.cpu_count() or 1
-    busy = [subprocess.Popen([sys.executable, "-c", "print('ready', flush=True)\nwhile True: pass"],
-                             stdout=subprocess.PIPE, text=True) for _ in range(cores)]
-    try:
-        assert all(p.stdout.readline().strip() == "ready" for p in busy)
+    with busy_processes(cores):
         assert runnable_elsewhere() >= cores
         unset = ("GOMP_SPINCOUNT", "NUMBA_THREADING_LAYER", "OPENBLAS_CORETYPE", "POPJIT_OPENBLAS_CORETYPE")
         env = {k: v for k, v in os.environ.items() if k not in unset}
@@ -80,12 +93,96 @@ def test__busy_processes__counted_and_the_openmp_pool_spins_briefly_beside_them(
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stdout.split()[-2:] == [str(OPENMP_SPINS_SHARED), str(blas.NEVER)], \
             "beside busy processes every product it compiles is split"
-    finally:
-        for p in busy:
-            p.kill()
-            p.wait()
 
 
+def test__contention_watch__looks_again_only_once_its_last_look_is_stale():
+    looks = []
+
+    def look() -> float:
+        looks.append(1)
+        return readings[len(looks) - 1]
+
+    readings = [0, 1, 0]
+    watch = ContentionWatch(every=0.5, look=look)
+    cores = os.cpu_count() or 1
+    assert not watch.contended(cores, now=10.0) and len(looks) == 1
+    assert not watch.contended(cores, now=10.4), "the last look is fresh: reused"
+    assert len(looks) == 1
+    assert watch.contended(cores, now=10.5) and watch.others == 1, "stale: looked again, and one needs a core"
+    assert watch.contended(cores, now=10.9) and len(looks) == 2
+    assert not watch.contended(cores, now=11.0) and len(looks) == 3, "free again at the next look"
+
+
+def test__contention_watch__unknown_load_is_never_contended():
+    assert not ContentionWatch(look=lambda: None).contended(os.cpu_count() or 1)
+
+
+def test__contention_watch__counts_other_processes_runnable_threads_against_the_cores(tmp_path: Path):
+    proc = _fake_proc(tmp_path, 4, "R")
+    watch = ContentionWatch(look=lambda: runnable_elsewhere(samples=3, interval=0, proc=proc))
+    assert watch.contended(1, now=0.0) == ((os.cpu_count() or 1) < 4), "three others and one thread need four cores"
+    assert watch.others == 3
+
+
+CONTENDED_RUN = textwrap.dedent("""
+    import os, threading
+    import numpy as np
+    import popjit.tensorflow as tf
+
+    def pool_cpu_ticks():
+        total = 0
+        for task in os.listdir("/proc/self/task"):
+            if int(task) != threading.get_native_id():
+                fields = open(f"/proc/self/task/{task}/stat").read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((256, 784)).astype(np.float32)
+    w = tf.Variable(rng.standard_normal((784, 512)).astype(np.float32) * 0.01)
+
+    @tf.function(jit_compile=True)
+    def steps(x):
+        for _ in tf.range(20):
+            w.assign_sub(0.01 * tf.matmul(x, tf.nn.relu(tf.matmul(x, w)), transpose_a=True) / 256.0)
+        return tf.reduce_sum(w)
+
+    steps(x)
+    before = pool_cpu_ticks()
+    for _ in range(10):
+        steps(x)
+    print(pool_cpu_ticks() - before, w.numpy().tobytes().hex())
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads threads' CPU times from Linux's /proc")
+def test__beside_busy_processes__engines_run_on_one_thread_with_the_same_bits_unless_the_count_is_pinned(
+        tmp_path: Path):
+    """Busy processes on every core, started before the program: its engines run on the calling thread
+    (the pool's workers use no CPU, and the log says so), and the variables come out the same bits as
+    with the count pinned by ``POPJIT_NUM_THREADS``, which runs them on the pool whatever the load."""
+    cores = len(os.sched_getaffinity(0))
+    if cores < 2 or cores > 8:
+        pytest.skip("needs a pool of two threads or more and a core count busy processes can fill")
+    env = {k: v for k, v in os.environ.items() if k not in ("POPJIT_NUM_THREADS", "NUMBA_NUM_THREADS")}
+    env.update(POPJIT_CACHE_DIR=str(tmp_path / "popjit"), NUMBA_CACHE_DIR=str(tmp_path / "numba"), POPJIT_LOG="info")
+
+    def run(**extra: str) -> tuple[int, str, str]:
+        out = subprocess.run([sys.executable, "-c", CONTENDED_RUN], capture_output=True, text=True, timeout=600,
+                             env={**env, **extra})
+        assert out.returncode == 0, out.stderr[-3000:]
+        ticks, bits = out.stdout.split()
+        return int(ticks), bits, out.stderr
+
+    with busy_processes(cores):
+        adapted_ticks, adapted, log = run()
+        pinned_ticks, pinned, pinned_log = run(POPJIT_NUM_THREADS=str(cores))
+    assert "engines run on one thread while they do" in log
+    assert adapted_ticks == 0, "the pool's workers ran nothing"
+    assert "engines run on one thread" not in pinned_log
+    assert pinned_ticks > 0, "pinned, the products were split over the pool"
+    assert adapted == pinned
 @pytest.mark.skipif(blas._LIB is None, reason="NumPy is not built on its bundled OpenBLAS")
 def test__blas_threads__set_for_the_block_then_restored():
     get = blas._LIB.scipy_openblas_get_num_threads64_
