@@ -56,31 +56,37 @@ OPTIONS: dict[str, Any] = {"fastmath": set(FASTMATH), "error_model": "numpy", "b
 
 
 #: How long (``GOMP_SPINCOUNT``, in spins) an idle OpenMP worker spins before it sleeps, unless the
-#: user's environment sets it: :data:`OPENMP_SPINS_QUIET` where the pool's threads each have a core to
-#: themselves when popjit starts, else :data:`OPENMP_SPINS_SHARED` (:func:`openmp_spins`). A spin took
-#: 17 ns on a 2-core Ice Lake VM, so about 170 us and 17 us. why not one count: on that host a worker
-#: that slept between a training step's parallel codelets took so long to wake that the Keras LSTM's
-#: epoch took 3.5-4.0 s with 1,000 spins against 2.0-2.2 s with 10,000, the CNN's 1.28-1.86 s against
-#: 0.93-0.98 s; beside one busy process it is the other way round (the LSTM 3.9-4.1 s against 8.1-8.9 s,
-#: the spinner holding the core the other process needs). docs/pipeline.md has the table.
+#: user's environment sets it (:func:`openmp_spins`). A spin took 17 ns on a 2-core Ice Lake VM, so
+#: about 170 us and 17 us. why long: on that host a worker that slept between a training step's parallel
+#: codelets took so long to wake that the Keras LSTM's epoch took 3.5-4.0 s with 1,000 spins against
+#: 2.0-2.2 s with 10,000, the CNN's 1.28-1.86 s against 0.93-0.98 s. why short on a pinned pool: beside
+#: one busy process it is the other way round (the LSTM 3.9-4.1 s against 8.1-8.9 s, the spinner holding
+#: the core the other process needs); an unpinned pool is left alone there (:func:`threads_for_host`).
+#: docs/pipeline.md has the tables.
 OPENMP_SPINS_QUIET = 10_000
 OPENMP_SPINS_SHARED = 1_000
 
 
 def openmp_spins() -> int:
-    """``GOMP_SPINCOUNT`` for popjit's pool: :data:`OPENMP_SPINS_QUIET` when its threads each have a core
-    that no other process's runnable thread needs right now (:func:`~popjit.kernels.threads.runnable_elsewhere`,
-    sampled for a few milliseconds), else :data:`OPENMP_SPINS_SHARED`. Decided once, when the pool's
-    layer is (libgomp reads it when it loads)."""
-    return OPENMP_SPINS_QUIET if host_is_quiet() else OPENMP_SPINS_SHARED
+    """``GOMP_SPINCOUNT`` for popjit's pool: :data:`OPENMP_SPINS_QUIET`, unless ``POPJIT_NUM_THREADS``
+    pins the pool's count and its threads do not each have a core that no other process's runnable thread
+    needs as popjit starts (:func:`host_is_quiet`): then :data:`OPENMP_SPINS_SHARED`. Decided once, when
+    the pool's layer is (libgomp reads it when it loads).
+
+    why not by the load unless pinned: an unpinned pool is not used while other processes need the cores
+    (:func:`threads_for_host` runs engines on one thread), so its spin only matters once they are free.
+    Started beside a busy process that then left, W1 took 36-37 ms a call (median) with the long spin
+    against 43-45 ms with the short, the Keras CNN 0.94-1.03 s an epoch against 1.10-1.24 s."""
+    pinned = config.get("NUM_THREADS") is not None
+    return OPENMP_SPINS_SHARED if pinned and not host_is_quiet() else OPENMP_SPINS_QUIET
 
 
 @functools.lru_cache(maxsize=1)
 def host_is_quiet() -> bool:
     """Whether popjit's threads each have a core that no other process's runnable thread needs, as popjit
     starts (:func:`~popjit.kernels.threads.runnable_elsewhere`, sampled for a few milliseconds). Decided
-    once per process: it sets how long idle workers spin (:func:`openmp_spins`) and whether large
-    products are planned on OpenBLAS's threads beside them (:data:`popjit.kernels.blas.PLANNED_THREADS_FROM`)."""
+    once per process: it sets how long a pinned pool's idle workers spin (:func:`openmp_spins`) and whether
+    large products are planned on OpenBLAS's threads beside them (:data:`popjit.kernels.blas.PLANNED_THREADS_FROM`)."""
     return cores_to_spare(threads_to_use(), runnable_elsewhere())
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from popjit.kernels import blas
-from popjit.kernels.jit import OPENMP_SPINS_SHARED
+from popjit.kernels.jit import OPENMP_SPINS_QUIET, OPENMP_SPINS_SHARED
 from popjit.kernels.threads import ContentionWatch, cgroup_cpu_limit, cores_to_spare, runnable_elsewhere
 
 
@@ -78,21 +78,26 @@ def busy_processes(count: int) -> Iterator[None]:
 
 
 @pytest.mark.slow
-def test__busy_processes__counted_and_the_openmp_pool_spins_briefly_beside_them():
+def test__busy_processes__counted_and_a_pinned_openmp_pool_spins_briefly_beside_them():
     """Real busy processes on every core: they are counted as runnable, and a popjit process started beside
-    them gives GNU OpenMP's idle workers the short spin (a long one took the cores they need) and splits
-    every large product over its pool (OpenBLAS's threads, however briefly they spin, were slower there)."""
+    them splits every large product over its pool (OpenBLAS's threads, however briefly they spin, were
+    slower there). With the pool's count pinned GNU OpenMP's idle workers get the short spin (a long one
+    took the cores the busy processes need); unpinned the long one, as engines leave the pool while
+    other processes need the cores."""
     cores = os.cpu_count() or 1
     with busy_processes(cores):
         assert runnable_elsewhere() >= cores
-        unset = ("GOMP_SPINCOUNT", "NUMBA_THREADING_LAYER", "OPENBLAS_CORETYPE", "POPJIT_OPENBLAS_CORETYPE")
+        unset = ("GOMP_SPINCOUNT", "NUMBA_THREADING_LAYER", "OPENBLAS_CORETYPE", "POPJIT_OPENBLAS_CORETYPE",
+                 "POPJIT_NUM_THREADS")
         env = {k: v for k, v in os.environ.items() if k not in unset}
         code = ("import os\nfrom popjit.kernels import blas\n"
                 "print(os.environ['GOMP_SPINCOUNT'], blas.PLANNED_THREADS_FROM)")
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-        assert out.returncode == 0, out.stderr[-2000:]
-        assert out.stdout.split()[-2:] == [str(OPENMP_SPINS_SHARED), str(blas.NEVER)], \
-            "beside busy processes every product it compiles is split"
+        for pinned, spins in ((str(cores), OPENMP_SPINS_SHARED), ("", OPENMP_SPINS_QUIET)):
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                                 env={**env, "POPJIT_NUM_THREADS": pinned})
+            assert out.returncode == 0, out.stderr[-2000:]
+            assert out.stdout.split()[-2:] == [str(spins), str(blas.NEVER)], \
+                f"pinned to {pinned or 'nothing'}: every product it compiles is split"
 
 
 def test__contention_watch__looks_again_only_once_its_last_look_is_stale():
