@@ -20,6 +20,7 @@ never unpickles a file another user owns.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import grp
 import hashlib
@@ -32,7 +33,7 @@ import stat
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,8 +94,8 @@ def host_is_quiet() -> bool:
 @functools.lru_cache(maxsize=1)
 def threading_layer() -> str:
     """The Numba threading layer parallel codelets run on: ``NUMBA_THREADING_LAYER`` when set, else
-    ``omp`` (GNU OpenMP) where Numba's OpenMP pool loads and ``OMP_THREAD_LIMIT`` does not cap it below
-    popjit's threads, else ``workqueue``. Decided once per process.
+    ``omp`` (GNU OpenMP) where Numba's OpenMP pool loads with popjit's settings (:func:`_openmp_loads`),
+    else ``workqueue``. Decided once per process.
 
     why ``omp``: its idle workers spin for a while before they sleep, so a parallel codelet or a split
     product wakes them in about a microsecond, where workqueue's sleeping workers took about 60 us on a
@@ -112,15 +113,34 @@ def threading_layer() -> str:
     if chosen in (None, "", "omp") and "GOMP_SPINCOUNT" not in os.environ:
         os.environ["GOMP_SPINCOUNT"] = str(openmp_spins())  # why: read when libgomp loads
     if not chosen:
-        chosen = "omp" if _openmp_loads() and not _openmp_capped() else "workqueue"
+        chosen = "omp" if _openmp_loads() else "workqueue"
         numba_config.THREADING_LAYER = chosen
+    elif chosen == "omp":
+        _openmp_loads()  # why: so that libgomp loads without the user's settings for other programs
     if chosen == "omp":
         os.register_at_fork(after_in_child=_inline_after_fork)
     return chosen
 
 
+#: The user's GNU OpenMP settings popjit's pool loads without: they are for other programs, and each
+#: slowed the pool (W1 on a 2-core Ice Lake VM, 26-30 ms a call without them): ``OMP_DYNAMIC=true``
+#: (libgomp may give a parallel region fewer threads) 48 ms; ``OMP_PROC_BIND=master``, ``OMP_PLACES={0}``
+#: or ``GOMP_CPU_AFFINITY=0`` (every thread on one core) 207-211 ms; ``OMP_THREAD_LIMIT=1`` put the
+#: element-wise chain on one core (150-167 ms a call against 77 ms).
+OPENMP_SETTINGS_LEFT_OUT = ("OMP_DYNAMIC", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "OMP_THREAD_LIMIT")
+
+
 def _openmp_loads() -> bool:
-    """Whether Numba's OpenMP pool can be loaded (it needs the GNU OpenMP runtime, ``libgomp``)."""
+    """Whether Numba's OpenMP pool loads (it needs the GNU OpenMP runtime, ``libgomp``) with popjit's
+    settings: libgomp, which reads them once as it loads, loads now without the user's
+    :data:`OPENMP_SETTINGS_LEFT_OUT`; or another library loaded it before, with none of them in the way."""
+    if _libgomp_loaded():
+        return not _openmp_settings_in_the_way() and _import_omppool()
+    with _environment_without(OPENMP_SETTINGS_LEFT_OUT):
+        return _import_omppool()
+
+
+def _import_omppool() -> bool:
     try:
         importlib.import_module("numba.np.ufunc.omppool")
     except (ImportError, OSError):
@@ -128,15 +148,34 @@ def _openmp_loads() -> bool:
     return True
 
 
-def _openmp_capped() -> bool:
-    """Whether the user's ``OMP_THREAD_LIMIT`` allows OpenMP fewer threads than popjit uses. why: GNU
-    OpenMP honours it for Numba's pool too: set to 1 for some other program, it put the element-wise chain
-    on one core (150-167 ms a call against 77 ms; under workqueue, which ignores it, 80-87 ms)."""
+def _libgomp_loaded() -> bool:
+    """Whether GNU OpenMP's runtime is loaded in this process already."""
     try:
-        limit = int(os.environ.get("OMP_THREAD_LIMIT", ""))
-    except ValueError:
+        ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except (OSError, AttributeError):  # why AttributeError: no RTLD_NOLOAD (not Linux or macOS)
         return False
-    return limit < threads_to_use()
+    return True
+
+
+def _openmp_settings_in_the_way() -> bool:
+    """Whether the user's environment holds one of :data:`OPENMP_SETTINGS_LEFT_OUT` that would slow
+    popjit's pool: any of them but ``OMP_THREAD_LIMIT``, which only does when it allows OpenMP fewer
+    threads than popjit uses."""
+    try:
+        capped = int(os.environ.get("OMP_THREAD_LIMIT", "")) < threads_to_use()
+    except ValueError:
+        capped = False
+    return capped or any(os.environ.get(name) for name in OPENMP_SETTINGS_LEFT_OUT if name != "OMP_THREAD_LIMIT")
+
+
+@contextlib.contextmanager
+def _environment_without(names: Sequence[str]) -> Iterator[None]:
+    """The process's environment without ``names`` inside the block, as it was after it."""
+    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def _inline_after_fork() -> None:

@@ -138,7 +138,8 @@ def test__executable_cache_path__second_process_compiles_nothing(tmp_path):
 
 
 #: The environment variables that decide popjit's thread pool (its layer, spins and size).
-POOL_VARIABLES = ("NUMBA_THREADING_LAYER", "GOMP_SPINCOUNT", "OMP_THREAD_LIMIT", "POPJIT_NUM_THREADS")
+POOL_VARIABLES = ("NUMBA_THREADING_LAYER", "GOMP_SPINCOUNT", "OMP_THREAD_LIMIT", "OMP_DYNAMIC", "OMP_PROC_BIND",
+                  "OMP_PLACES", "GOMP_CPU_AFFINITY", "POPJIT_NUM_THREADS")
 
 
 def _pool_env(**chosen: str) -> dict[str, str]:
@@ -174,12 +175,47 @@ def test__threading_layer__openmp_by_default_and_machine_code_cached_per_layer()
     assert default_dir != chosen_dir
 
 
-def test__threading_layer__workqueue_when_omp_thread_limit_caps_openmp() -> None:
-    """A user's ``OMP_THREAD_LIMIT`` (set for another program) must not put popjit on fewer cores: below
-    popjit's threads it makes workqueue the default; at popjit's threads OpenMP stays."""
-    capped, _, _ = _layer_and_cache_dir(None, OMP_THREAD_LIMIT="1", POPJIT_NUM_THREADS="2")
-    enough, _, _ = _layer_and_cache_dir(None, OMP_THREAD_LIMIT="2", POPJIT_NUM_THREADS="2")
-    assert (capped, enough) == ("workqueue", "omp")
+#: The user's OpenMP settings popjit's pool loads without, each with a value that slowed it.
+USER_OPENMP = {"OMP_DYNAMIC": "true", "OMP_PROC_BIND": "master", "OMP_PLACES": "{0}", "GOMP_CPU_AFFINITY": "0",
+               "OMP_THREAD_LIMIT": "1"}
+
+OPENMP_AS_LOADED = textwrap.dedent("""
+    import ctypes, os, sys
+    if sys.argv[1] == "loaded-before":
+        ctypes.CDLL("libgomp.so.1")
+    import numba
+    from popjit.kernels.jit import threading_layer
+    layer = threading_layer()
+    gomp = ctypes.CDLL("libgomp.so.1")
+    icvs = (gomp.omp_get_dynamic(), gomp.omp_get_proc_bind(), gomp.omp_get_num_places(), gomp.omp_get_thread_limit())
+    print(layer, *icvs, *(os.environ.get(name, "-") for name in sys.argv[2:]))
+""")
+
+
+def _as_loaded(mode: str, **user: str) -> list[str]:
+    env = _pool_env(**user)
+    out = subprocess.run([sys.executable, "-c", OPENMP_AS_LOADED, mode, *user], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.split()
+
+
+def test__user_openmp_settings__popjit_s_pool_loads_without_them_and_they_stay_for_others() -> None:
+    """Set for another program, ``OMP_DYNAMIC``, ``OMP_PROC_BIND``, ``OMP_PLACES``, ``GOMP_CPU_AFFINITY``
+    and ``OMP_THREAD_LIMIT`` slowed popjit's OpenMP pool up to 8x: GNU OpenMP loads without them (no
+    dynamic teams, no binding, no places, no thread limit), and the environment still holds them after."""
+    layer, dynamic, bind, places, limit, *kept = _as_loaded("fresh", **USER_OPENMP)
+    assert layer == "omp"
+    assert (dynamic, bind, places) == ("0", "0", "0")
+    assert int(limit) > 1
+    assert kept == list(USER_OPENMP.values())
+
+
+@pytest.mark.parametrize("name", sorted(USER_OPENMP))
+def test__user_openmp_setting__in_a_runtime_loaded_before_popjit__makes_workqueue_the_layer(name: str) -> None:
+    """Another library loaded GNU OpenMP first, so it read the user's setting: popjit's pool is workqueue's."""
+    assert _as_loaded("loaded-before", **{name: USER_OPENMP[name]})[0] == "workqueue"
+    assert _as_loaded("loaded-before")[0] == "omp", "loaded before, but with popjit's settings"
 
 
 FORKED = textwrap.dedent("""
