@@ -37,13 +37,13 @@ import numpy as np
 from popjit import config, dtypes
 from popjit.codegen.host import PREFIX as HOST_PREFIX
 from popjit.codegen.implicit import ComputedOperand, plan_implicit, render_computed_product
-from popjit.codegen.interchange import chunk_rows, interchangeable
 from popjit.codegen.numerics import DEFAULT, TRAPPED, Numerics
 from popjit.codegen.render import Rendered, render_kernel
 from popjit.dtypes import DType
 from popjit.ir.loop import Buffer, Collective, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, StmtVisitor, While
 from popjit.kernels.gemm_choice import grain, panels, uses_own_gemm
 from popjit.kernels.threads import threads_to_use
+from popjit.loop.interchange import chunk_rows, interchangeable
 from popjit.loop.passes import scatters
 
 
@@ -142,7 +142,7 @@ class Loop:
 @dataclass
 class InterchangedLoop:
     """A ``Repeat`` of split calls whose iterations may run chunk by chunk
-    (:mod:`popjit.codegen.interchange`): the threads claim chunks of ``chunk`` rows of the calls'
+    (:mod:`popjit.loop.interchange`): the threads claim chunks of ``chunk`` rows of the calls'
     outermost loop of ``rows`` rows, and each runs the whole body ``count`` times on its chunk
     while it is in cache (the interrupt flag polled between chunks)."""
 

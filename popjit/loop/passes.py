@@ -3,6 +3,8 @@
 - ``collapse_dims``: drop size-1 loop dimensions and merge adjacent ones that every index
   walks contiguously, so ``x + y`` on any rank of same-shape tensors is one flat loop (and the
   same codelet for every shape);
+- ``carry_variables_in_place``: a variable copied into a loop's state before the loop and back after
+  it is the loop's state itself;
 - ``elide_copies``: when a kernel's result is only copied into a buffer it reads at the same
   index (a loop-carried value, a variable update), write that buffer in place instead.
 """
@@ -14,9 +16,12 @@ from collections.abc import Callable, Sequence
 from popjit.ir.loop import (
     Apply,
     AtomCollector,
+    Buffer,
+    Collective,
     Const,
     Copy,
     Expr,
+    ExprMutator,
     ExprVisitor,
     IAtom,
     ILin,
@@ -27,12 +32,15 @@ from popjit.ir.loop import (
     MatMul,
     Program,
     Reduce,
+    Repeat,
     Stmt,
     StmtMutator,
     Store,
+    While,
     as_index,
     ivar,
 )
+from popjit.loop.interchange import interchangeable
 from popjit.ops.reduce import REDUCTIONS
 
 # ----------------------------------------------------------------------------------------------
@@ -144,6 +152,128 @@ class KernelMapper(StmtMutator):
 
 def collapse_dims(program: Program) -> Program:
     program.body = KernelMapper(collapse_kernel).block(program.body)
+    return program
+
+
+# ----------------------------------------------------------------------------------------------
+# carry_variables_in_place
+
+
+def _touches(s: Stmt) -> set[int]:
+    """Buffers ``s`` (or anything nested in it) reads or writes."""
+    return _reads(s) | _writes(s)
+
+
+def _touch_counts(stmts: list[Stmt]) -> dict[int, int]:
+    """How many statements (nested ones included) read or write each buffer."""
+    counts: dict[int, int] = {}
+    for s in stmts:
+        for t in s.walk():
+            for uid in {b.uid for b in t.reads() | t.writes()}:
+                counts[uid] = counts.get(uid, 0) + 1
+    return counts
+
+
+class _RenameLoads(ExprMutator):
+    """Loads and stores of the buffers in ``mapping`` (by uid) go to their replacements."""
+
+    def __init__(self, mapping: dict[int, Buffer]) -> None:
+        self.mapping = mapping
+
+    def store(self, s: Store) -> Store:
+        return Store(self.mapping.get(s.buf.uid, s.buf), self.index(s.index), self.expr(s.value))
+
+    def visit_load(self, e: Load) -> Expr:
+        return Load(self.mapping.get(e.buf.uid, e.buf), self.index(e.index))
+
+
+class _RenameBuffers(StmtMutator):
+    """Every statement reads and writes the replacement of each buffer in ``mapping`` (by uid) instead."""
+
+    def __init__(self, mapping: dict[int, Buffer]) -> None:
+        self.mapping = mapping
+        self.exprs = _RenameLoads(mapping)
+
+    def buf(self, b: Buffer) -> Buffer:
+        return self.mapping.get(b.uid, b)
+
+    def visit_kernel(self, s: Kernel) -> Stmt:
+        s.stores = [self.exprs.store(st) for st in s.stores]
+        return s
+
+    def visit_matmul(self, s: MatMul) -> Stmt:
+        s.out, s.a, s.b = self.buf(s.out), self.buf(s.a), self.buf(s.b)
+        return s
+
+    def visit_copy(self, s: Copy | Collective) -> Stmt:
+        s.dst, s.src = self.buf(s.dst), self.buf(s.src)
+        return s
+
+    visit_collective = visit_copy
+
+    def visit_while(self, s: While) -> Stmt:
+        return While(self.block(s.cond), self.buf(s.pred), self.block(s.body), s.max_iterations).placed_like(s)
+
+
+class _CarryInPlace(StmtMutator):
+    """Carries variables in their own buffers through the loops of each block (see
+    ``carry_variables_in_place``)."""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.touches = _touch_counts(program.body)
+
+    def block(self, stmts: Sequence[Stmt]) -> list[Stmt]:
+        out: list[Stmt | None] = list(super().block(stmts))  # nested blocks first
+        for j, loop in enumerate(out):
+            if not isinstance(loop, (Repeat, While)) or (isinstance(loop, Repeat) and interchangeable(loop)):
+                continue
+            mapping: dict[int, Buffer] = {}
+            for i in range(j - 1, -1, -1):
+                before = out[i]
+                if isinstance(before, Copy) and (k := self._write_back(out, before, j)) is not None:
+                    mapping[before.dst.uid] = before.src
+                    self.program.temps.remove(before.dst)
+                    out[i] = out[k] = None
+            if mapping:
+                out[j] = _RenameBuffers(mapping).stmt(loop)
+        return [s for s in out if s is not None]
+
+    def _write_back(self, out: list[Stmt | None], copy: Copy, j: int) -> int | None:
+        """Where, after the loop at ``j``, the state ``copy`` fills from a variable is copied back into it,
+        if nothing else touches either: the variable not in the loop, the state nowhere but the loop."""
+        state, variable = copy.dst, copy.src
+        if variable.kind != "var" or state.kind != "temp" or state not in self.program.temps:
+            return None
+        if state.size != variable.size or state.dtype != variable.dtype:
+            return None
+        loop = out[j]
+        assert loop is not None
+        inside = sum(1 for t in loop.walk() if state.uid in {b.uid for b in t.reads() | t.writes()})
+        if variable.uid in _touches(loop) or self.touches.get(state.uid, 0) != inside + 2:
+            return None
+        start = out.index(copy)
+        if any(s is not None and {state.uid, variable.uid} & _touches(s) for s in out[start + 1:j]):
+            return None
+        for k in range(j + 1, len(out)):
+            after = out[k]
+            if after is None:
+                continue
+            if isinstance(after, Copy) and after.dst is variable and after.src is state:
+                return k
+            if {state.uid, variable.uid} & _touches(after):
+                return None
+        return None
+
+
+def carry_variables_in_place(program: Program) -> Program:
+    """A variable copied into a loop's state before the loop and back after it, and touched by nothing
+    else meanwhile, is the loop's state itself: the two copies go and the loop updates the variable
+    in place. why: for a program run one step per call (a Keras step) the copies were most of the
+    call beside the step (W1's weights, 0.94 MB, in and out). An interrupted run leaves such a variable
+    at its last completed iteration (docs/api.md). Not for a loop the engine may run chunk by chunk
+    (:func:`~popjit.loop.interchange.interchangeable`), which must write only temporaries."""
+    program.body = _CarryInPlace(program).block(program.body)
     return program
 
 

@@ -49,6 +49,7 @@ LOOP_PASSES: list[tuple[str, Callable[[Program], Program]]] = [
     ("elide_copies", loop_passes.elide_copies),
     ("collapse_dims", loop_passes.collapse_dims),
     ("fold_gemm_updates", loop_passes.fold_gemm_updates),
+    ("carry_variables_in_place", loop_passes.carry_variables_in_place),  # last: on the loops the engine runs
 ]
 
 log = logging.getLogger("popjit")

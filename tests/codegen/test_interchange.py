@@ -1,4 +1,4 @@
-"""Loops of element-wise codelets run chunk by chunk (``popjit/codegen/interchange.py``, the engine's
+"""Loops of element-wise codelets run chunk by chunk (``popjit/loop/interchange.py``, the engine's
 ``InterchangedLoop``): which loops qualify, and that their results are bit for bit those of the loop
 run one iteration at a time, on several threads and on one, over one chunk and over many."""
 
@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 import popjit.tensorflow as tf
 from popjit import config
-from popjit.codegen import interchange
 from popjit.codegen.engine import InterchangedLoop, Loop, render_engine
 from popjit.codegen.numerics import Numerics
 from popjit.kernels.jit import single_threaded
+from popjit.loop import interchange
 from popjit.pipeline import lower_graph, optimize_graph
 
 

@@ -6,7 +6,8 @@ import numpy as np
 
 import popjit.tensorflow as tf
 from popjit.frontend.control_flow import for_range
-from popjit.ir.loop import Copy, Kernel, MatMul, Repeat
+from popjit.ir.loop import Copy, Kernel, MatMul, Repeat, While
+from popjit.loop.interchange import interchangeable
 from popjit.loop.interpret import interpret
 from popjit.pipeline import lower_graph, optimize_graph
 
@@ -140,6 +141,95 @@ def test__sgd_update_of_a_matmul_product__folded_into_the_gemm():
     for got in (interpreted, [t.numpy() for t in compiled]):
         np.testing.assert_allclose(got[0], ev, rtol=1e-5)
         np.testing.assert_allclose(got[1], eu, rtol=1e-5)
+
+
+def _variable_copies(program) -> list[Copy]:
+    """The copies into and out of variables around the program's loops (not those inside them)."""
+    return [c for c in program.body if isinstance(c, Copy) and {c.src.kind, c.dst.kind} & {"var"}]
+
+
+def test__variables_updated_in_a_loop__are_its_state_without_copies_in_or_out():
+    w0 = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    v, u = tf.Variable(w0), tf.Variable(w0[:, 0] * 2.0)
+
+    def step(x):
+        for _ in tf.range(3):
+            v.assign_sub(0.5 * tf.matmul(x, tf.tanh(x @ v), transpose_a=True))
+            u.assign(u * 0.5 + tf.reduce_sum(v, axis=1))
+        return tf.reduce_sum(x)
+
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) / 8
+    p = lowered(step, x)
+    assert not _variable_copies(p), "no copy into the loop's state before it, nor back after it"
+    (rep,) = [s for s in p.body if isinstance(s, Repeat)]
+    assert set(p.variables) <= {b for s in rep.body for t in s.walk() for b in t.writes()}, "updated in place"
+    ev, eu = w0.astype(np.float64), w0[:, 0] * 2.0
+    for _ in range(3):
+        ev = ev - 0.5 * x.T @ np.tanh(x @ ev)
+        eu = eu * 0.5 + ev.sum(axis=1)
+    initial = {v_binding(p, (4, 3)): w0, v_binding(p, (4,)): w0[:, 0] * 2.0}
+    _, interpreted = interpret(p, [x], initial)
+    tf.function(step, jit_compile=True)(x)
+    for got_v, got_u in ((interpreted[v_binding(p, (4, 3))], interpreted[v_binding(p, (4,))]), (v.numpy(), u.numpy())):
+        np.testing.assert_allclose(got_v, ev, rtol=1e-5)
+        np.testing.assert_allclose(got_u, eu, rtol=1e-5)
+
+
+def v_binding(program, shape) -> int:
+    """The binding of ``program``'s variable of ``shape``."""
+    (binding,) = [b.binding for b in program.variables if b.shape == shape]
+    return binding
+
+
+def test__variable_read_before_its_loop__keeps_the_value_from_before():
+    v = tf.Variable(np.arange(6, dtype=np.float32))
+
+    def f(x):
+        before = v * 1.0
+        for _ in tf.range(4):
+            v.assign(v * 0.5 + x)
+        return before, v.read_value() + 0.0
+
+    x = np.ones(6, np.float32)
+    before, after = tf.function(f, jit_compile=True)(x)
+    expected = np.arange(6, dtype=np.float64)
+    np.testing.assert_array_equal(before.numpy(), expected)
+    for _ in range(4):
+        expected = expected * 0.5 + 1.0
+    np.testing.assert_allclose(after.numpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(v.numpy(), expected, rtol=1e-6)
+
+
+def test__variable_in_a_loop_the_engine_runs_chunk_by_chunk__still_copied():
+    """Such a loop may stop between chunks (Ctrl-C) with its elements at different iterations, so it
+    must update only temporaries: the variable is copied in and back as before."""
+    v = tf.Variable(np.ones(1 << 16, np.float32))
+
+    def f():
+        for _ in tf.range(5):
+            v.assign(v * 0.5 + 1.0)
+        return tf.constant(0.0)
+
+    p = lowered(f)
+    (rep,) = [s for s in p.body if isinstance(s, Repeat)]
+    assert interchangeable(rep)
+    assert len(_variable_copies(p)) == 2
+
+
+def test__variable_carried_by_a_while_loop__in_place_with_its_trip_count():
+    v = tf.Variable(np.float32(1.0))
+
+    def f(limit):
+        i = tf.constant(0)
+        while v < limit:
+            v.assign(v * 3.0)
+            i += 1
+        return i
+
+    p = lowered(f, np.float32(100.0))
+    assert [s for s in p.walk() if isinstance(s, While)] and not _variable_copies(p)
+    assert int(tf.function(f, jit_compile=True)(np.float32(100.0)).numpy()) == 5
+    assert v.numpy() == 243.0
 
 
 def test__reshape_splitting_dims_of_a_computed_value__reads_it_in_place():
