@@ -30,7 +30,7 @@ import numpy as np
 
 from popjit import config
 
-from .jit import host_is_quiet, pool_spins
+from .jit import environment, host_is_quiet, pool_spins
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
@@ -65,23 +65,9 @@ def _private_openblas(path: str, coretype: str | None, thread_timeout: int | Non
     once, when it is loaded, and the dynamic loader gives the same library back for the same file; a
     copy is a library of its own, with its own kernels, threads and thread count, and NumPy's keeps the
     user's settings. The copy is made in memory (:func:`_memory_copy`)."""
-    with _environment(OPENBLAS_CORETYPE=coretype,
-                      OPENBLAS_THREAD_TIMEOUT=None if thread_timeout is None else str(thread_timeout)):
+    with environment(OPENBLAS_CORETYPE=coretype,
+                     OPENBLAS_THREAD_TIMEOUT=None if thread_timeout is None else str(thread_timeout)):
         return ctypes.CDLL(_memory_copy(path))
-
-
-@contextlib.contextmanager
-def _environment(**values: str | None) -> Iterator[None]:
-    """The block runs with the environment variables ``values`` set (None: unset), restored after."""
-    saved = {name: os.environ.pop(name, None) for name in values}
-    os.environ.update({name: value for name, value in values.items() if value is not None})
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            os.environ.pop(name, None)
-            if value is not None:
-                os.environ[name] = value
 
 
 def _memory_copy(path: str) -> str:

@@ -33,7 +33,7 @@ import stat
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +136,7 @@ def _openmp_loads() -> bool:
     :data:`OPENMP_SETTINGS_LEFT_OUT`; or another library loaded it before, with none of them in the way."""
     if _libgomp_loaded():
         return not _openmp_settings_in_the_way() and _import_omppool()
-    with _environment_without(OPENMP_SETTINGS_LEFT_OUT):
+    with environment(**dict.fromkeys(OPENMP_SETTINGS_LEFT_OUT)):
         return _import_omppool()
 
 
@@ -169,13 +169,17 @@ def _openmp_settings_in_the_way() -> bool:
 
 
 @contextlib.contextmanager
-def _environment_without(names: Sequence[str]) -> Iterator[None]:
-    """The process's environment without ``names`` inside the block, as it was after it."""
-    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+def environment(**values: str | None) -> Iterator[None]:
+    """The block runs with the environment variables ``values`` set (None: unset), restored after."""
+    saved = {name: os.environ.pop(name, None) for name in values}
+    os.environ.update({name: value for name, value in values.items() if value is not None})
     try:
         yield
     finally:
-        os.environ.update(saved)
+        for name, value in saved.items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
 
 
 def _inline_after_fork() -> None:
