@@ -156,14 +156,16 @@ class Engine:
 
     def __call__(self, buffers: Sequence[np.ndarray], ints: np.ndarray, floats: np.ndarray, stop: np.ndarray,
                  state: Sequence[np.ndarray] = (), program: str | None = None,
-                 store: LibraryStore | None = None) -> int:
+                 store: LibraryStore | None = None, addresses: np.ndarray | None = None) -> int:
         """Run on ``buffers``, linking first on a new kind of buffers (:meth:`link`), with OpenBLAS's
         thread count at 1: every gemm is a serial call unless it raises the count itself
         (:func:`popjit.kernels.matmul._threads_for`), and a split product's pieces run on popjit's threads,
-        or on the calling one while other processes need the cores (:func:`threads_for_host`)."""
+        or on the calling one while other processes need the cores (:func:`threads_for_host`). ``addresses``:
+        the buffers' data addresses, when the caller has them (compiled engines take them as they are)."""
         function, callees, _ = self.link(buffers, program, store)
+        known = {"addresses": addresses} if addresses is not None and isinstance(function, NativeEngine) else {}
         with blas_threads(1), threads_for_host():
-            return function(*buffers, ints, floats, stop, *state, callees)
+            return function(*buffers, ints, floats, stop, *state, callees, **known)
 
     def link(self, buffers: Sequence[np.ndarray], program: str | None = None,
              store: LibraryStore | None = None) -> tuple[Any, Any, Any]:

@@ -31,6 +31,7 @@ import numpy as np
 from llvmlite import ir
 from numba.core.registry import cpu_target
 
+from popjit.buffers import data_addresses
 from popjit.codegen.engine import Branch, EngineSource, InterchangedLoop, Invoke, Loop, WhileLoop
 from popjit.codegen.host import is_host
 from popjit.codegen.numerics import TRAPPED
@@ -95,12 +96,14 @@ class NativeEngine:
         self.buffers = len(src.arguments)
         self._function = _SIGNATURE(address)
 
-    def __call__(self, *args: Any) -> int:
+    def __call__(self, *args: Any, addresses: np.ndarray | None = None) -> int:
+        """Run on ``args`` (buffers, P, F, S, [R], K); ``addresses``: the buffers' data addresses, when the
+        caller has them (:func:`~popjit.buffers.data_addresses` otherwise)."""
         n = self.buffers
         buffers, (ints, floats, stop), rest = args[:n], args[n:n + 3], args[n + 3:]
         rounding = rest[0] if len(rest) == 2 else None
         callees = rest[-1]
-        data = np.array([b.ctypes.data for b in buffers], dtype=np.uintp)
+        data = data_addresses(buffers) if addresses is None else addresses
         sizes = np.array([b.size for b in buffers], dtype=np.int64)
         return int(self._function(data.ctypes.data, sizes.ctypes.data, ints.ctypes.data, floats.ctypes.data,
                                   stop.ctypes.data, None if rounding is None else rounding.ctypes.data,

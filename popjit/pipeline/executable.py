@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from popjit.buffers import AlignedLayout, aligned_empty
+from popjit.buffers import AlignedLayout, aligned_empty, data_addresses
 from popjit.codegen.engine import COLLECTIVE_CALLEE, EngineSource, storage_dtype
 from popjit.codegen.library import LibraryStore
 from popjit.codegen.numerics import TRAPPED, trap_names
@@ -114,7 +114,7 @@ class Executable:
         fed = feeds.take_inputs(p) if p.stream_in else {}  # first: a dry infeed fails before anything runs
         outs = [aligned_empty(b.shape, b.dtype.np) for b in p.outs]
         drained = {b.uid: aligned_empty(b.shape, b.dtype.np) for b in p.stream_out}
-        buffers = self._buffers(args, variables, outs, fed, drained)
+        buffers, addresses = self._buffers(args, variables, outs, fed, drained)
         state = self._rounding_state(rounding)
         saved = self._saved_state(variables, state)
         with contextlib.ExitStack() as watch:
@@ -122,7 +122,7 @@ class Executable:
                 watch.enter_context(engine_guard())
                 stop = watch.enter_context(interrupts.watching())
             stopped = self.engine(buffers, self._ints(context), self.engine_source.floats, stop, state,
-                                  program=self.graph.name, store=self.library_store)
+                                  program=self.graph.name, store=self.library_store, addresses=addresses)
         if stopped & TRAPPED:
             for buf, before in saved:
                 buf[...] = before
@@ -154,7 +154,7 @@ class Executable:
         fed = {b.uid: np.zeros(b.shape, b.dtype.np) for b in p.stream_in}
         drained = {b.uid: np.zeros(b.shape, b.dtype.np) for b in p.stream_out}
         args = {b.binding: np.zeros(b.shape, b.dtype.np) for b in p.args}
-        self.engine.link(self._buffers(args, variables, outs, fed, drained), self.graph.name, self.library_store)
+        self.engine.link(self._buffers(args, variables, outs, fed, drained)[0], self.graph.name, self.library_store)
         if drained and deliver:
             feeds.deliver_outputs(p, drained)
         return outs
@@ -168,8 +168,9 @@ class Executable:
         return p
 
     def _buffers(self, args: Any, variables: dict[int, np.ndarray], outs: list[np.ndarray],
-                 fed: dict[int, np.ndarray], drained: dict[int, np.ndarray]) -> list[np.ndarray]:
-        """The engine's buffers, in its order: arguments, variables, constants, results, streams, temporaries."""
+                 fed: dict[int, np.ndarray], drained: dict[int, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+        """The engine's buffers, in its order (arguments, variables, constants, results, streams,
+        temporaries), and the addresses of their data."""
         p = self.program
         buffers = [device_view(np.asarray(args[b.binding], dtype=b.dtype.np), b) for b in p.args]
         buffers += [device_view(variables[b.binding], b, in_place=True) for b in p.variables]
@@ -177,8 +178,8 @@ class Executable:
         buffers += [device_view(o, b) for o, b in zip(outs, p.outs)]
         buffers += [device_view(fed[b.uid], b) for b in p.stream_in]
         buffers += [device_view(drained[b.uid], b) for b in p.stream_out]
-        buffers += self._temporaries.allocate()
-        return buffers
+        temporaries, their_addresses = self._temporaries.allocate_with_addresses()
+        return buffers + temporaries, np.concatenate((data_addresses(buffers), their_addresses))
 
     @functools.cached_property
     def _temporaries(self) -> AlignedLayout:

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import popjit.tensorflow as tf
-from popjit.buffers import CACHE_LINE, AlignedLayout, aligned_copy, aligned_empty, is_aligned
+from popjit.buffers import CACHE_LINE, AlignedLayout, aligned_copy, aligned_empty, data_addresses, is_aligned
 from popjit.runtime.replicas import ReplicaStore
 
 DTYPES = st.sampled_from([np.float32, np.float64, np.float16, np.int32, np.int8, np.bool_, np.uint16])
@@ -49,6 +49,15 @@ def test__a_layout__gives_separate_aligned_buffers_of_the_sizes_asked(parts) -> 
         assert (b.view(np.uint8) == i).all(), f"buffer {i} overlaps a later one"
     again = layout.allocate()
     assert all(a.size == 0 or not np.shares_memory(a, b) for a, b in zip(again, buffers)), "a run's buffers are new"
+
+
+@given(parts=st.lists(st.tuples(st.integers(0, 40), DTYPES), max_size=8))
+def test__a_layout_s_addresses__are_those_of_its_buffers(parts) -> None:
+    """A run's temporaries give the engine addresses computed from their block's, not read one by one."""
+    layout = AlignedLayout([size for size, _ in parts], [dtype for _, dtype in parts])
+    buffers, addresses = layout.allocate_with_addresses()
+    assert addresses.dtype == np.uintp and len(addresses) == len(buffers)
+    np.testing.assert_array_equal(addresses, data_addresses(buffers))
 
 
 def test__a_variable__keeps_its_values_in_aligned_memory_through_assignments() -> None:
