@@ -70,7 +70,8 @@ class AlignedLayout:
 
     def allocate_with_addresses(self) -> tuple[list[np.ndarray], np.ndarray]:
         """:meth:`allocate`'s buffers and the addresses of their data (``uintp``): the block's address plus
-        each buffer's offset, where :func:`data_addresses` would read each buffer's."""
+        each buffer's offset, where :func:`data_addresses` would read each buffer's (an empty buffer's is
+        where it would start, which nothing reads)."""
         block = _aligned_bytes(self._total)
         return [block[lo:hi].view(dtype) for lo, hi, dtype in self._parts], block.ctypes.data + self._offsets
 

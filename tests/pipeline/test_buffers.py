@@ -57,7 +57,8 @@ def test__a_layout_s_addresses__are_those_of_its_buffers(parts) -> None:
     layout = AlignedLayout([size for size, _ in parts], [dtype for _, dtype in parts])
     buffers, addresses = layout.allocate_with_addresses()
     assert addresses.dtype == np.uintp and len(addresses) == len(buffers)
-    np.testing.assert_array_equal(addresses, data_addresses(buffers))
+    filled = [i for i, b in enumerate(buffers) if b.size]  # why: NumPy places an empty view anywhere; none is read
+    np.testing.assert_array_equal(addresses[filled], data_addresses([buffers[i] for i in filled]))
 
 
 def test__a_variable__keeps_its_values_in_aligned_memory_through_assignments() -> None:
