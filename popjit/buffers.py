@@ -64,21 +64,17 @@ class AlignedLayout:
         self._total = offset
         self._offsets = np.array([lo for lo, _, _ in self._parts], dtype=np.uintp)
 
-    def allocate(self) -> list[np.ndarray]:
-        """New uninitialised buffers, one per size given."""
-        return self.allocate_with_addresses()[0]
-
-    def allocate_with_addresses(self) -> tuple[list[np.ndarray], np.ndarray]:
-        """:meth:`allocate`'s buffers and the addresses of their data (``uintp``): the block's address plus
-        each buffer's offset, where :func:`data_addresses` would read each buffer's (an empty buffer's is
-        where it would start, which nothing reads)."""
+    def allocate(self) -> tuple[list[np.ndarray], np.ndarray]:
+        """New uninitialised buffers, one per size given, and the addresses of their data (``uintp``): the
+        block's address plus each buffer's offset, where :func:`data_addresses` would read each buffer's
+        (an empty buffer's is where it would start, which nothing reads)."""
         block = _aligned_bytes(self._total)
         return [block[lo:hi].view(dtype) for lo, hi, dtype in self._parts], block.ctypes.data + self._offsets
 
 
 def data_addresses(arrays: Sequence[np.ndarray]) -> np.ndarray:
     """The addresses of ``arrays``' data, as ``uintp``. About 1.5 us an array (``ndarray.ctypes``): a
-    run's temporaries take theirs from :meth:`AlignedLayout.allocate_with_addresses` instead."""
+    run's temporaries take theirs from :meth:`AlignedLayout.allocate` instead."""
     return np.array([a.ctypes.data for a in arrays], dtype=np.uintp)
 
 

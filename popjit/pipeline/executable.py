@@ -178,7 +178,7 @@ class Executable:
         buffers += [device_view(o, b) for o, b in zip(outs, p.outs)]
         buffers += [device_view(fed[b.uid], b) for b in p.stream_in]
         buffers += [device_view(drained[b.uid], b) for b in p.stream_out]
-        temporaries, their_addresses = self._temporaries.allocate_with_addresses()
+        temporaries, their_addresses = self._temporaries.allocate()
         return buffers + temporaries, np.concatenate((data_addresses(buffers), their_addresses))
 
     @functools.cached_property

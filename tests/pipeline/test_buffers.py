@@ -40,14 +40,14 @@ def test__aligned_copy__equals_its_source_and_is_its_own(shape, dtype, data) -> 
 @given(parts=st.lists(st.tuples(st.integers(0, 40), DTYPES), max_size=8))
 def test__a_layout__gives_separate_aligned_buffers_of_the_sizes_asked(parts) -> None:
     layout = AlignedLayout([size for size, _ in parts], [dtype for _, dtype in parts])
-    buffers = layout.allocate()
+    buffers, _ = layout.allocate()
     assert [(b.shape, b.dtype) for b in buffers] == [((size,), np.dtype(dtype)) for size, dtype in parts]
     assert all(is_aligned(b) and b.flags.writeable for b in buffers)
     for i, b in enumerate(buffers):
         b.view(np.uint8)[...] = i
     for i, b in enumerate(buffers):
         assert (b.view(np.uint8) == i).all(), f"buffer {i} overlaps a later one"
-    again = layout.allocate()
+    again, _ = layout.allocate()
     assert all(a.size == 0 or not np.shares_memory(a, b) for a, b in zip(again, buffers)), "a run's buffers are new"
 
 
@@ -55,7 +55,7 @@ def test__a_layout__gives_separate_aligned_buffers_of_the_sizes_asked(parts) -> 
 def test__a_layout_s_addresses__are_those_of_its_buffers(parts) -> None:
     """A run's temporaries give the engine addresses computed from their block's, not read one by one."""
     layout = AlignedLayout([size for size, _ in parts], [dtype for _, dtype in parts])
-    buffers, addresses = layout.allocate_with_addresses()
+    buffers, addresses = layout.allocate()
     assert addresses.dtype == np.uintp and len(addresses) == len(buffers)
     filled = [i for i, b in enumerate(buffers) if b.size]  # why: NumPy places an empty view anywhere; none is read
     np.testing.assert_array_equal(addresses[filled], data_addresses([buffers[i] for i in filled]))
