@@ -112,7 +112,6 @@ class ContentionWatch:
         self.look = look
         self.others: float | None = None  # the last look's count
         self._stale_at = -math.inf
-        self._verdicts: dict[int, bool] = {}  # the last look's answer, by thread count
 
     def contended(self, threads: int, now: float | None = None) -> bool:
         """Whether ``threads`` threads of popjit would share a core with another process's runnable
@@ -121,8 +120,4 @@ class ContentionWatch:
         if now >= self._stale_at:
             self.others = self.look()
             self._stale_at = now + self.every
-            self._verdicts = {}
-        verdict = self._verdicts.get(threads)
-        if verdict is None:  # why kept: cores_to_spare reads the core count, tens of microseconds a call
-            verdict = self._verdicts[threads] = self.others is not None and not cores_to_spare(threads, self.others)
-        return verdict
+        return self.others is not None and not cores_to_spare(threads, self.others)
