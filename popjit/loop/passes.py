@@ -249,7 +249,7 @@ class _CarryInPlace(StmtMutator):
             return None
         loop = out[j]
         assert loop is not None
-        inside = sum(1 for t in loop.walk() if state.uid in {b.uid for b in t.reads() | t.writes()})
+        inside = _touch_counts([loop]).get(state.uid, 0)
         if variable.uid in _touches(loop) or self.touches.get(state.uid, 0) != inside + 2:
             return None
         start = out.index(copy)
