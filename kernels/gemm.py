@@ -3,14 +3,15 @@
 ``C = alpha * A @ B + beta * C`` for float32/float64, as BLIS structures it:
 
 - the micro-kernel keeps an ``MR x NR`` block of ``C`` in vector registers (``MR = 6`` rows, ``NR``
-  two vectors of the host's width: 6x16 float32 with AVX2, 6x32 with AVX-512, 6x8 with NEON) and
-  adds one rank-1 update per step of ``k``: two vector loads of ``B``, six broadcasts of ``A``,
-  twelve fused multiply-adds. It is written with llvmlite (Numba's typed code cannot name vector
-  registers) and reaches Numba code as an intrinsic;
+  :func:`panel_vectors` vectors of the host's width: 6x16 float32 with AVX2, 6x64 with AVX-512,
+  6x8 with NEON) and adds one rank-1 update per step of ``k``: a vector load of ``B`` per vector,
+  six broadcasts of ``A``, a fused multiply-add per accumulator. It is written with llvmlite
+  (Numba's typed code cannot name vector registers) and reaches Numba code as an intrinsic;
 - the driver (:func:`gemm_block`, Numba) cuts ``k`` into equal slices of at most ``KC_MAX`` and
   rows into ``MC`` blocks, packs ``A`` and ``B`` into contiguous micro-panels (zero-padded at the
-  edges) so the kernel streams them from L1/L2, and leaves operands unpacked where packing would
-  cost more than it saves (few rows: ``B`` is read in place; few columns: ``A`` is);
+  edges, 64-byte aligned) and leaves operands unpacked where packing would cost more than it saves
+  (few rows: ``B`` is read in place; a narrow ``C``: ``A`` is). With ``B`` packed, each ``MR``-row
+  micro-panel of ``A`` stays in L1 while the kernel streams ``NC`` columns of ``B``'s panels from L2;
 - every operand is addressed by strides, so transposed operands need no copy;
 - :func:`gemm` runs a range ``[lo, hi)`` of ``MR``-row panels of a batch of products, so the
   engine splits a large product over its thread pool like any parallel codelet (no BLAS threads).
@@ -21,15 +22,14 @@ Whether a product runs here or in the system BLAS is measured once per machine
 
 from __future__ import annotations
 
-import functools
+import contextlib
 
-import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from .gemm_choice import MR
+from .gemm_choice import MR, lanes, panel_vectors, panel_width
 from .jit import codelet
 
 #: Rows per packed block of A (in L2).
@@ -38,32 +38,16 @@ MC = 96
 #: slice, not 256 + a short 32 that reads and writes C again for little work (a convolution's 3x3x32
 #: product on two threads: 65 -> 79 GFLOP/s).
 KC_MAX = 384
+#: With ``B`` packed, a micro-panel of ``A`` is multiplied by this many columns of ``B`` (a slice of at
+#: most ``KC_MAX x NC``, 384 KB of float32, stays in L2) before the next.
+NC = 256
+#: Packing space is aligned to this many bytes (a cache line): a 64-byte vector load that straddles
+#: two lines costs two (1024^3 on one Ice Lake core: 75 -> 91 GFLOP/s).
+ALIGNMENT = 64
 #: The k-loop of the micro-kernel is unrolled this many times.
 UNROLL = 4
 
 _I32, _I64 = ir.IntType(32), ir.IntType(64)
-
-
-@functools.lru_cache(maxsize=1)
-def vector_bits() -> int:
-    """The width of the host's widest float vector registers in bits (512 AVX-512, 256 AVX, 128 else)."""
-    llvm.initialize_native_target()
-    features = llvm.get_host_cpu_features()
-    if features.get("avx512f"):
-        return 512
-    if features.get("avx"):
-        return 256
-    return 128
-
-
-def lanes(itemsize: int) -> int:
-    """Elements of ``itemsize`` bytes in one vector register."""
-    return vector_bits() // (8 * itemsize)
-
-
-def panel_width(itemsize: int) -> int:
-    """``NR``: columns of C in a micro-kernel block (two vectors)."""
-    return 2 * lanes(itemsize)
 
 
 class _IR:
@@ -101,7 +85,7 @@ def _micro_kernel(module: ir.Module, element: ir.Type, width: int, packed: bool)
     ``C[i, j] = c[i*ldc + j]``. ``packed``: the strides are those of packed panels (``rsa = 1``,
     ``csa = MR``, ``rsb = NR``), constants the loop's addressing folds in."""
     g = _IR(module, element, width)
-    vectors = 2
+    vectors = panel_vectors()
     name = f"popjit.gemm.kernel{'.packed' if packed else ''}.{MR}x{vectors * width}.{element}"
     if name in module.globals:
         return module.globals[name]
@@ -206,7 +190,13 @@ def _store_block(builder: ir.IRBuilder, g: _IR, fma: ir.Function, c: ir.Value, l
 
 def _pack_panel(module: ir.Module, element: ir.Type, width: int, count: int) -> ir.Function:
     """``pack(dst, src, stride, step, kc)``: ``dst[p*count + r] = src[r*stride + p*step]`` for
-    ``r < count``, ``p < kc`` (a full panel; vector copies when ``stride == 1``)."""
+    ``r < count``, ``p < kc`` (a full panel). Vector copies when ``stride == 1``; for a panel of at
+    least ``width`` lines each contiguous (``step == 1``: the columns of a transposed ``B``), vector
+    loads of ``width`` elements of ``width`` lines at a time, transposed in registers
+    (:func:`_transposed_block`), with a scalar loop for the last ``kc % width``; else element by
+    element. why: ``256x1024x1024`` with ``B`` transposed ran at 95 GFLOP/s on one Ice Lake core
+    packed element by element, 115 transposed. why not for ``A``'s 6-row panels: transposed, K1's
+    convolution ``3872x64x288`` fell from 105 to 91 GFLOP/s."""
     g = _IR(module, element, width)
     name = f"popjit.gemm.pack{count}.{element}"
     if name in module.globals:
@@ -214,32 +204,73 @@ def _pack_panel(module: ir.Module, element: ir.Type, width: int, count: int) -> 
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [g.pointer, g.pointer, _I64, _I64, _I64]), name)
     fn.linkage = "internal"
     dst, src, stride, step, kc = fn.args
-    entry, body, done = (fn.append_basic_block(n) for n in ("entry", "body", "done"))
-    builder = ir.IRBuilder(entry)
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    blocked = builder.mul(builder.sdiv(kc, _I64(width)), _I64(width))
+    lines_contiguous = builder.and_(builder.icmp_signed("==", step, _I64(1)),
+                                    builder.icmp_signed("!=", stride, _I64(1)))
+    if count < width:
+        lines_contiguous = ir.Constant(ir.IntType(1), 0)
+    with builder.if_then(lines_contiguous), _counted(builder, fn, _I64(0), blocked, _I64(width)) as p:
+        for first in range(0, count, width):
+            lines = [builder.gep(src, [builder.add(builder.mul(stride, _I64(r)), p)])
+                     for r in range(first, min(count, first + width))]
+            columns = _transposed_block(builder, [builder.load(g.vector_at(builder, at, 0), align=1) for at in lines])
+            for q, column in enumerate(columns):
+                at = builder.gep(dst, [builder.add(builder.mul(builder.add(p, _I64(q)), _I64(count)), _I64(first))])
+                builder.store(column, builder.bitcast(at, column.type.as_pointer()), align=1)
+    start = builder.select(lines_contiguous, blocked, _I64(0))
     contiguous = builder.icmp_signed("==", stride, _I64(1))
-    builder.cbranch(builder.icmp_signed(">", kc, _I64(0)), body, done)
-    builder.position_at_end(body)
-    p = builder.phi(_I64)
-    source = builder.gep(src, [builder.mul(p, step)])
-    target = builder.gep(dst, [builder.mul(p, _I64(count))])
-    with builder.if_else(contiguous) as (vectors, scalars):
-        with vectors:
-            for v in range(count // width):
-                builder.store(builder.load(g.vector_at(builder, source, v * width), align=1),
-                              g.vector_at(builder, target, v * width), align=1)
-            for r in range(count // width * width, count):
-                builder.store(builder.load(builder.gep(source, [_I64(r)])), builder.gep(target, [_I64(r)]))
-        with scalars:
-            for r in range(count):
-                builder.store(builder.load(builder.gep(source, [builder.mul(stride, _I64(r))])),
-                              builder.gep(target, [_I64(r)]))
-    p_next = builder.add(p, _I64(1))
-    p.add_incoming(_I64(0), entry)
-    p.add_incoming(p_next, builder.block)
-    builder.cbranch(builder.icmp_signed("<", p_next, kc), body, done)
-    builder.position_at_end(done)
+    with _counted(builder, fn, start, kc, _I64(1)) as p:
+        source = builder.gep(src, [builder.mul(p, step)])
+        target = builder.gep(dst, [builder.mul(p, _I64(count))])
+        with builder.if_else(contiguous) as (vectors, scalars):
+            with vectors:
+                for v in range(count // width):
+                    builder.store(builder.load(g.vector_at(builder, source, v * width), align=1),
+                                  g.vector_at(builder, target, v * width), align=1)
+                for r in range(count // width * width, count):
+                    builder.store(builder.load(builder.gep(source, [_I64(r)])), builder.gep(target, [_I64(r)]))
+            with scalars:
+                for r in range(count):
+                    builder.store(builder.load(builder.gep(source, [builder.mul(stride, _I64(r))])),
+                                  builder.gep(target, [_I64(r)]))
     builder.ret_void()
     return fn
+
+
+def _transposed_block(builder: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """The columns of the ``len(rows) x width`` block whose rows are the vectors ``rows``: ``width``
+    vectors of ``len(rows)`` elements, column ``q``'s element ``r`` being ``rows[r][q]``."""
+    width, lines = rows[0].type.count, len(rows)
+    joined = rows
+    while len(joined) > 1:  # why pairs of equal length: shufflevector takes two vectors of one type
+        if len(joined) % 2:
+            joined = [*joined, ir.Constant(joined[0].type, ir.Undefined)]
+        joined = [builder.shuffle_vector(x, y, ir.Constant(ir.VectorType(_I32, 2 * x.type.count),
+                                                           list(range(2 * x.type.count))))
+                  for x, y in zip(joined[::2], joined[1::2])]
+    whole = joined[0]
+    undefined = ir.Constant(whole.type, ir.Undefined)
+    return [builder.shuffle_vector(whole, undefined, ir.Constant(ir.VectorType(_I32, lines),
+                                                                 [r * width + q for r in range(lines)]))
+            for q in range(width)]
+
+
+@contextlib.contextmanager
+def _counted(builder: ir.IRBuilder, fn: ir.Function, start: ir.Value, stop: ir.Value, step: ir.Value):
+    """``for i in range(start, stop, step)`` around the block's body (``i`` yielded); the builder is after
+    the loop when the block ends."""
+    head = builder.block
+    body, done = fn.append_basic_block("body"), fn.append_basic_block("done")
+    builder.cbranch(builder.icmp_signed("<", start, stop), body, done)
+    builder.position_at_end(body)
+    i = builder.phi(_I64)
+    yield i
+    i_next = builder.add(i, step)
+    i.add_incoming(start, head)
+    i.add_incoming(i_next, builder.block)
+    builder.cbranch(builder.icmp_signed("<", i_next, stop), body, done)
+    builder.position_at_end(done)
 
 
 def _address(context, builder, array_type, array, offset):
@@ -262,7 +293,7 @@ def micro_kernel(typingctx, kc, a, a_at, rsa, csa, b, b_at, rsb, c, c_at, ldc, a
                      _address(context, builder, sig.args[8], c_, c_at_), ldc_, alpha_, beta_, mr_, nr_]
         packed = builder.and_(builder.and_(builder.icmp_signed("==", rsa_, _I64(1)),
                                            builder.icmp_signed("==", csa_, _I64(MR))),
-                              builder.icmp_signed("==", rsb_, _I64(2 * width)))
+                              builder.icmp_signed("==", rsb_, _I64(panel_vectors() * width)))
         with builder.if_else(packed) as (both_packed, other):
             for variant, branch in ((True, both_packed), (False, other)):
                 with branch:
@@ -281,7 +312,7 @@ def _packer(rows: bool):
             dst_, dst_at_, src_, src_at_, stride_, step_, kc_ = args
             dtype = sig.args[0].dtype
             width = lanes(dtype.bitwidth // 8)
-            fn = _pack_panel(builder.module, _element(dtype), width, MR if rows else 2 * width)
+            fn = _pack_panel(builder.module, _element(dtype), width, MR if rows else panel_vectors() * width)
             builder.call(fn, [_address(context, builder, sig.args[0], dst_, dst_at_),
                               _address(context, builder, sig.args[2], src_, src_at_), stride_, step_, kc_])
             return context.get_dummy_value()
@@ -322,6 +353,14 @@ def _pack(dst, src, at, stride, step, lines, width, kc):
 
 
 @codelet(inline="always")
+def aligned_space(count, like):
+    """Uninitialised space for ``count`` elements of ``like``'s type, starting on an :data:`ALIGNMENT` boundary."""
+    spare = ALIGNMENT // like.itemsize
+    space = np.empty(count + spare, like.dtype)
+    return space[(-space.ctypes.data) % ALIGNMENT // like.itemsize:]
+
+
+@codelet(inline="always")
 def slice_depth(k):
     """The depth of each of the equal slices ``k`` is cut into (at most :data:`KC_MAX`)."""
     slices = max(1, (k + KC_MAX - 1) // KC_MAX)
@@ -340,18 +379,23 @@ def _row_block(c, c_at, ldc, a, a_at, a_panel, rsa, csa, b, b_at, rsb, csb, pack
     ``A[i, p] = a[a_at + (i // MR)*a_panel + (i % MR)*rsa + p*csa]`` (packed: ``a_panel = MR*kc``; in
     place: ``MR*rsa``), ``B[p, j] = b[b_at + p*rsb + j*csb]`` (``pack_b``: packed in ``pb`` already)."""
     nr = NR32 if c.itemsize == 4 else NR64
-    for j0 in range(0, n, nr):
-        cols = min(nr, n - j0)
-        if pack_b:
-            panel, panel_at, panel_step = pb, j0 * kc, nr
-        elif cols < nr:
-            _pack(pb, b, b_at + j0 * csb, csb, rsb, cols, nr, kc)
-            panel, panel_at, panel_step = pb, 0, nr
-        else:
-            panel, panel_at, panel_step = b, b_at + j0, rsb
-        for r0 in range(0, mc, MR):
-            micro_kernel(kc, a, a_at + (r0 // MR) * a_panel, rsa, csa, panel, panel_at, panel_step,
-                         c, c_at + r0 * ldc + j0, ldc, alpha, beta, min(MR, mc - r0), cols)
+    if pack_b:
+        for n0 in range(0, n, NC):
+            for r0 in range(0, mc, MR):
+                for j0 in range(n0, min(n0 + NC, n), nr):
+                    micro_kernel(kc, a, a_at + (r0 // MR) * a_panel, rsa, csa, pb, j0 * kc, nr,
+                                 c, c_at + r0 * ldc + j0, ldc, alpha, beta, min(MR, mc - r0), min(nr, n - j0))
+    else:
+        for j0 in range(0, n, nr):
+            cols = min(nr, n - j0)
+            if cols < nr:
+                _pack(pb, b, b_at + j0 * csb, csb, rsb, cols, nr, kc)
+                panel, panel_at, panel_step = pb, 0, nr
+            else:
+                panel, panel_at, panel_step = b, b_at + j0, rsb
+            for r0 in range(0, mc, MR):
+                micro_kernel(kc, a, a_at + (r0 // MR) * a_panel, rsa, csa, panel, panel_at, panel_step,
+                             c, c_at + r0 * ldc + j0, ldc, alpha, beta, min(MR, mc - r0), cols)
 
 
 @codelet(inline="always")
@@ -360,7 +404,7 @@ def gemm_block(c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alph
     a[a_at + i*rsa + p*csa]``, ``B[p, j] = b[b_at + p*rsb + j*csb]``, ``C[i, j] = c[c_at + i*ldc + j]``;
     ``pa``/``pb``: packing space of ``MC*KC_MAX`` and ``KC_MAX*round_up(n, NR)`` elements."""
     nr = NR32 if c.itemsize == 4 else NR64
-    pack_a = n > 4 * nr  # why: A is reused by every column panel, worth packing when there are several
+    pack_a = 2 * n > nr  # why: A is read once per column panel; packed, its micro-panel stays in L1
     pack_b = packs_b(m, csb)
     step = slice_depth(k)
     for p0 in range(0, k, step):
@@ -415,8 +459,8 @@ def gemm(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi):
     :func:`popjit.kernels.matmul.matmul_f32`) for the ``MR``-row panels ``[lo, hi)`` of the
     ``batch * ceil(m / MR)`` there are, on the calling thread."""
     nr = NR32 if out.itemsize == 4 else NR64
-    pa = np.empty(MC * KC_MAX, out.dtype)
-    pb = np.empty(KC_MAX * ((n + nr - 1) // nr * nr), out.dtype)
+    pa = aligned_space(MC * KC_MAX, out)
+    pb = aligned_space(KC_MAX * ((n + nr - 1) // nr * nr), out)
     rsa, csa = operand_strides(m, k, ta)
     rsb, csb = operand_strides(k, n, tb)
     panels = (m + MR - 1) // MR
@@ -424,6 +468,24 @@ def gemm(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi):
         first, last = panel_rows(i, panels, lo, hi, m)
         gemm_block(out, i * m * n + first * n, n, a, i * a_bs + first * rsa, rsa, csa, b, i * b_bs, rsb, csb,
                    last - first, n, k, alpha, beta, pa, pb)
+    return 0
+
+
+@codelet
+def gemm_columns(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi):
+    """:func:`gemm` for the ``NR``-column panels ``[lo, hi)`` of the ``batch * ceil(n / NR)`` there are
+    (each element's sum is the same whichever way a product is cut)."""
+    nr = NR32 if out.itemsize == 4 else NR64
+    pa = aligned_space(MC * KC_MAX, out)
+    pb = aligned_space(KC_MAX * min((n + nr - 1) // nr, hi - lo) * nr, out)
+    rsa, csa = operand_strides(m, k, ta)
+    rsb, csb = operand_strides(k, n, tb)
+    column_panels = (n + nr - 1) // nr
+    for i in range(lo // column_panels, (hi - 1) // column_panels + 1 if hi > lo else 0):
+        first = max(lo - i * column_panels, 0) * nr
+        last = min(min(hi - i * column_panels, column_panels) * nr, n)
+        gemm_block(out, i * m * n + first, n, a, i * a_bs, rsa, csa, b, i * b_bs + first * csb, rsb, csb,
+                   m, last - first, k, alpha, beta, pa, pb)
     return 0
 
 
@@ -438,8 +500,8 @@ def gemm(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi):
 COMPUTED_GEMM = """
 def {name}(c, b, {operands}batch, m, n, k, tb, pob, b_bs, alpha, beta, lo, hi):
     nr = kg.NR32 if c.itemsize == 4 else kg.NR64
-    pa = np.empty(kg.MC * kg.KC_MAX, c.dtype)
-    pb = np.empty(kg.KC_MAX * ((n + nr - 1) // nr * nr), c.dtype)
+    pa = kg.aligned_space(kg.MC * kg.KC_MAX, c)
+    pb = kg.aligned_space(kg.KC_MAX * ((n + nr - 1) // nr * nr), c)
     rsb, csb = kg.operand_strides(k, n, tb)
     panels = (m + kg.MR - 1) // kg.MR
     step = kg.slice_depth(k)

@@ -43,12 +43,48 @@ MEASURED_MACS = 1 << 18
 #: Products above this many multiply-adds are timed with m, n and k capped at :data:`CAP`.
 TIMED_MACS, CAP = 1 << 27, 512
 _TRIALS = 3
+#: How long NumPy's OpenBLAS keeps its worker spinning after a call (about 100 ms, measured as the
+#: process's CPU time while it sleeps): each trial of the own kernel waits this long first. why: right
+#: after the BLAS's trial the spinning worker held a core the own kernel's second thread needed, and
+#: W2's products all measured slower on the own kernel, which ran them 10-30% faster on free cores.
+BLAS_SPIN_S = 0.12
 
 _lock = threading.Lock()
 
 
 #: Rows of C in one of popjit's gemm micro-kernel blocks (its unit of work; see :mod:`.gemm`).
 MR = 6
+
+
+@functools.lru_cache(maxsize=1)
+def vector_bits() -> int:
+    """The width of the host's widest float vector registers in bits (512 AVX-512, 256 AVX, 128 else)."""
+    llvm.initialize_native_target()
+    features = llvm.get_host_cpu_features()
+    if features.get("avx512f"):
+        return 512
+    if features.get("avx"):
+        return 256
+    return 128
+
+
+def lanes(itemsize: int) -> int:
+    """Elements of ``itemsize`` bytes in one vector register."""
+    return vector_bits() // (8 * itemsize)
+
+
+@functools.lru_cache(maxsize=1)
+def panel_vectors() -> int:
+    """Vectors per row of a micro-kernel block: four with AVX-512's 32 registers (24 accumulators),
+    two with AVX2's or NEON's (12 accumulators, beside the loads of B and a broadcast of A). why four:
+    a rank-1 update then loads four vectors of ``B`` and six of ``A`` for 24 fused multiply-adds, not
+    two and six for twelve (1024^3 on one Ice Lake core: 102 -> 128 GFLOP/s; OpenBLAS 119)."""
+    return 4 if vector_bits() == 512 else 2
+
+
+def panel_width(itemsize: int) -> int:
+    """``NR``: columns of C in a micro-kernel block (:func:`panel_vectors` vectors)."""
+    return panel_vectors() * lanes(itemsize)
 
 
 def panels(batch: int, m: int) -> int:
@@ -60,6 +96,18 @@ def grain(n: int, k: int) -> int:
     """Row panels per task when the engine splits a product with ``n`` columns and depth ``k``:
     at least :data:`~popjit.kernels.blas.SERIAL_GEMM_MACS` multiply-adds each."""
     return max(1, -(-SERIAL_GEMM_MACS // (MR * n * k)))
+
+
+def own_split(itemsize: int, batch: int, m: int, n: int, k: int) -> tuple[str, int, int]:
+    """How the engine splits a product on the own gemm over its threads: the codelet (``gemm`` over
+    ``MR``-row panels, ``gemm_columns`` over ``NR``-column panels), its units and the units per task.
+    Each task packs the whole of the operand it does not cut, so the cut goes across the longer side
+    of ``C``. why: cut by rows, W2's ``[256, 784] @ [784, 1024]`` packed all of ``B`` in every one of
+    its eight chunks, and its step took twice as long as on the system BLAS."""
+    if m >= n:
+        return "gemm", panels(batch, m), grain(n, k)
+    width = panel_width(itemsize)
+    return "gemm_columns", batch * -(-n // width), max(1, -(-SERIAL_GEMM_MACS // (width * m * k)))
 
 
 def uses_own_gemm(dtype: np.dtype, batch: int, m: int, n: int, k: int, ta: bool, tb: bool) -> bool:
@@ -136,8 +184,7 @@ def _measure(dtype: np.dtype, batch: int, m: int, n: int, k: int, ta: bool, tb: 
     """Time both ways on random operands, best of a few interleaved trials; True if the own one wins."""
     # why: the kernels (and Numba behind them) load only when a product is measured; the engine
     # imports this module to decide, and a decision by setting or from the table needs neither
-    from . import matmul
-    from .gemm import gemm
+    from . import gemm, matmul
 
     rng = np.random.default_rng(0)
     a = rng.standard_normal(batch * m * k).astype(dtype)
@@ -145,13 +192,14 @@ def _measure(dtype: np.dtype, batch: int, m: int, n: int, k: int, ta: bool, tb: 
     out = np.zeros(batch * m * n, dtype)
     blas = matmul.matmul_f32 if dtype == np.float32 else matmul.matmul_f64
     args = (out, a, b, batch, m, n, k, ta, tb, m * k, k * n, 1.0, 0.0)
-    units = panels(batch, m)
-    tasks = max(1, min(threads_to_use(), -(-units // grain(n, k))))
+    name, units, per_task = own_split(dtype.itemsize, batch, m, n, k)
+    kernel = getattr(gemm, name)
+    tasks = max(1, min(threads_to_use(), -(-units // per_task)))
     cuts = [units * t // tasks for t in range(tasks + 1)]
 
     def own() -> None:
-        rest = [_pool().submit(gemm, *args, cuts[t], cuts[t + 1]) for t in range(1, tasks)]
-        gemm(*args, cuts[0], cuts[1])
+        rest = [_pool().submit(kernel, *args, cuts[t], cuts[t + 1]) for t in range(1, tasks)]
+        kernel(*args, cuts[0], cuts[1])
         for task in rest:
             task.result()
 
@@ -163,6 +211,8 @@ def _measure(dtype: np.dtype, batch: int, m: int, n: int, k: int, ta: bool, tb: 
     best = {own: math.inf, system: math.inf}
     for _ in range(_TRIALS):
         for way in best:
+            if way is own:
+                time.sleep(BLAS_SPIN_S)
             start = time.perf_counter()
             for _ in range(reps):
                 way()

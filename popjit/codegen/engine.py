@@ -41,7 +41,7 @@ from popjit.codegen.numerics import DEFAULT, TRAPPED, Numerics
 from popjit.codegen.render import Rendered, render_kernel
 from popjit.dtypes import DType
 from popjit.ir.loop import Buffer, Collective, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, StmtVisitor, While
-from popjit.kernels.gemm_choice import grain, panels, uses_own_gemm
+from popjit.kernels.gemm_choice import grain, own_split, panels, uses_own_gemm
 from popjit.kernels.threads import threads_to_use
 from popjit.loop.interchange import chunk_rows, interchangeable
 from popjit.loop.passes import scatters
@@ -276,7 +276,8 @@ class _Emitter(StmtVisitor):
             fn = "matmul_f16_rounded"
             args += [str(n.nanoo), str(n.sr)] + (["R[0]", "R[1]", "R[2]"] if n.sr else ["0", "0", "0"])
         elif uses_own_gemm(storage_dtype(s.out.dtype), s.batch, s.m, s.n, s.k, s.ta, s.tb):
-            fn, module, split = "gemm", "popjit.kernels.gemm", (panels(s.batch, s.m), grain(s.n, s.k))
+            fn, units, per_task = own_split(storage_dtype(s.out.dtype).itemsize, s.batch, s.m, s.n, s.k)
+            module, split = "popjit.kernels.gemm", (units, per_task)
         elif fn in ("matmul_f32", "matmul_f64") and (parts := _blas_split(s.batch, s.m, s.n, s.k)) is not None:
             # why split over popjit's threads: no spinning BLAS threads. why planned: a BLAS call's
             # sums round differently with its shape (OpenBLAS's edge kernels), so the calls are the

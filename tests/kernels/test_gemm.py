@@ -1,5 +1,5 @@
 """popjit's own gemm (packed panels, an LLVM IR micro-kernel): equal to NumPy's float64 product for
-every shape, transpose, scale and batch, over any split of its row panels; chosen by measurement
+every shape, transpose, scale and batch, over any split of its row panels or column panels; chosen by measurement
 once per machine, or by ``POPJIT_MATMUL``; programs give the same results either way."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import popjit.tensorflow as tf
 from popjit import config
 from popjit.codegen.engine import render_engine
 from popjit.kernels import blas, gemm_choice
-from popjit.kernels.gemm import KC_MAX, MC, MR, NR32, NR64, gemm
-from popjit.kernels.gemm_choice import grain, panels, uses_own_gemm
+from popjit.kernels.gemm import KC_MAX, MC, MR, NR32, NR64, gemm, gemm_columns
+from popjit.kernels.gemm_choice import grain, own_split, panels, uses_own_gemm
 from popjit.pipeline import lower_graph, optimize_graph
 
 
@@ -36,10 +36,10 @@ def reference(a, b, ta, tb, alpha, beta, out):
     return alpha * product + (beta * out.astype(np.float64) if beta else 0.0)
 
 
-def run_gemm(out, a, b, batch, m, n, k, ta, tb, alpha, beta, cuts):
+def run_gemm(out, a, b, batch, m, n, k, ta, tb, alpha, beta, cuts, kernel=gemm):
     for lo, hi in itertools.pairwise(cuts):
-        gemm(out.reshape(-1), a.reshape(-1), b.reshape(-1), batch, m, n, k, ta, tb, m * k, k * n, alpha, beta,
-             lo, hi)
+        kernel(out.reshape(-1), a.reshape(-1), b.reshape(-1), batch, m, n, k, ta, tb, m * k, k * n, alpha, beta,
+               lo, hi)
 
 
 def edges(nr: int) -> st.SearchStrategy[int]:
@@ -50,18 +50,18 @@ def edges(nr: int) -> st.SearchStrategy[int]:
 
 @given(dtype=st.sampled_from([np.float32, np.float64]), batch=st.integers(1, 3), data=st.data(),
        ta=st.booleans(), tb=st.booleans(), alpha=st.sampled_from([1.0, -0.5, 2.0]),
-       beta=st.sampled_from([0.0, 1.0, 0.25]))
+       beta=st.sampled_from([0.0, 1.0, 0.25]), by_columns=st.booleans())
 def test__gemm__equals_the_float64_product_for_any_shape_transpose_scale_and_split(dtype, batch, data, ta, tb, alpha,
-                                                                                     beta):
+                                                                                     beta, by_columns):
     nr = NR32 if dtype == np.float32 else NR64
     m, n, k = (data.draw(edges(nr)) for _ in range(3))
     rng = np.random.default_rng(m * 10007 + n * 101 + k)
     a, b = operands(rng, dtype, batch, m, n, k, ta, tb)
     out = rng.uniform(-1, 1, (batch, m, n)).astype(dtype)
     want = reference(a, b, ta, tb, alpha, beta, out)
-    units = panels(batch, m)
+    units = batch * -(-n // nr) if by_columns else panels(batch, m)
     inner = sorted(data.draw(st.lists(st.integers(0, units), max_size=3)))
-    run_gemm(out, a, b, batch, m, n, k, ta, tb, alpha, beta, [0, *inner, units])
+    run_gemm(out, a, b, batch, m, n, k, ta, tb, alpha, beta, [0, *inner, units], gemm_columns if by_columns else gemm)
     tol = 2e-6 * k if dtype == np.float32 else 1e-13 * k
     np.testing.assert_allclose(out, want, rtol=tol, atol=tol)
 
@@ -88,6 +88,28 @@ def test__gemm__a_range_writes_only_its_rows():
     written[1, MR:3 * MR] = True
     np.testing.assert_allclose(out[written], want[written], rtol=1e-5, atol=1e-5)
     assert not out[~written].any(), "rows outside the range stay untouched"
+
+
+def test__a_column_range__writes_only_its_columns_with_the_bits_of_a_row_split():
+    rng = np.random.default_rng(3)
+    batch, m, n, k = 2, 9, 2 * NR32 + 5, KC_MAX + 7
+    a, b = operands(rng, np.float32, batch, m, n, k, True, False)
+    by_rows = np.zeros((batch, m, n), np.float32)
+    run_gemm(by_rows, a, b, batch, m, n, k, True, False, 1.0, 0.0, [0, panels(batch, m)])
+    out = np.zeros((batch, m, n), np.float32)
+    per_matrix = 3  # column panels of NR, NR and 5
+    run_gemm(out, a, b, batch, m, n, k, True, False, 1.0, 0.0, [per_matrix - 1, per_matrix + 2], gemm_columns)
+    written = np.zeros((batch, m, n), bool)
+    written[0, :, 2 * NR32:] = written[1, :, :2 * NR32] = True
+    np.testing.assert_array_equal(out[written], by_rows[written])
+    assert not out[~written].any(), "columns outside the range stay untouched"
+
+
+def test__the_split__cuts_across_the_longer_side_of_the_product():
+    assert own_split(4, 2, 300, 100, 50) == ("gemm", panels(2, 300), grain(100, 50))
+    name, units, per_task = own_split(4, 2, 100, 300, 50)
+    assert (name, units) == ("gemm_columns", 2 * -(-300 // NR32))
+    assert per_task * NR32 * 100 * 50 >= gemm_choice.SERIAL_GEMM_MACS > (per_task - 1) * NR32 * 100 * 50
 
 
 def test__the_split__gives_each_task_enough_work():
