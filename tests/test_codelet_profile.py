@@ -6,6 +6,7 @@ itself is not run here."""
 from __future__ import annotations
 
 import itertools
+import os
 
 import numpy as np
 
@@ -34,3 +35,14 @@ def test__the_perf_map_names_every_entry_point_of_a_loaded_program(tmp_path, mon
     (_, library), = codelet_profile._LIBRARIES
     assert library.engine in starts
     assert set(library.addresses) <= starts
+
+
+def test__the_profiled_pool_is_pinned_unless_the_user_pinned_it(monkeypatch) -> None:
+    from popjit.kernels.threads import available_cores
+
+    monkeypatch.delenv("POPJIT_NUM_THREADS", raising=False)
+    codelet_profile.pin_threads()
+    assert os.environ["POPJIT_NUM_THREADS"] == str(available_cores())
+    monkeypatch.setenv("POPJIT_NUM_THREADS", "7")
+    codelet_profile.pin_threads()
+    assert os.environ["POPJIT_NUM_THREADS"] == "7"
