@@ -78,14 +78,13 @@ def _element(dtype: types.Type) -> ir.Type:
     return ir.FloatType() if dtype == types.float32 else ir.DoubleType()
 
 
-def _micro_kernel(module: ir.Module, element: ir.Type, width: int, packed: bool) -> ir.Function:
+def _micro_kernel(module: ir.Module, element: ir.Type, width: int, packed: bool, vectors: int) -> ir.Function:
     """``kernel(kc, a, rsa, csa, b, rsb, c, ldc, alpha, beta, mr, nr)``: the ``mr x nr`` block
     ``C[i, j] = alpha * sum_p A[i, p] B[p, j] + beta * C[i, j]`` (``beta == 0``: C is not read), with
-    ``A[i, p] = a[i*rsa + p*csa]``, ``B[p, j] = b[p*rsb + j]`` (a full ``NR``-wide panel, padded),
-    ``C[i, j] = c[i*ldc + j]``. ``packed``: the strides are those of packed panels (``rsa = 1``,
-    ``csa = MR``, ``rsb = NR``), constants the loop's addressing folds in."""
+    ``A[i, p] = a[i*rsa + p*csa]``, ``B[p, j] = b[p*rsb + j]`` (``nr <= vectors * width`` columns of
+    a panel padded to whole vectors), ``C[i, j] = c[i*ldc + j]``. ``packed``: the strides are those of
+    packed panels (``rsa = 1``, ``csa = MR``, ``rsb = NR``), constants the loop's addressing folds in."""
     g = _IR(module, element, width)
-    vectors = panel_vectors()
     name = f"popjit.gemm.kernel{'.packed' if packed else ''}.{MR}x{vectors * width}.{element}"
     if name in module.globals:
         return module.globals[name]
@@ -291,13 +290,21 @@ def micro_kernel(typingctx, kc, a, a_at, rsa, csa, b, b_at, rsb, c, c_at, ldc, a
         arguments = [kc_, _address(context, builder, sig.args[1], a_, a_at_), rsa_, csa_,
                      _address(context, builder, sig.args[5], b_, b_at_), rsb_,
                      _address(context, builder, sig.args[8], c_, c_at_), ldc_, alpha_, beta_, mr_, nr_]
+        vectors = panel_vectors()
         packed = builder.and_(builder.and_(builder.icmp_signed("==", rsa_, _I64(1)),
                                            builder.icmp_signed("==", csa_, _I64(MR))),
-                              builder.icmp_signed("==", rsb_, _I64(panel_vectors() * width)))
-        with builder.if_else(packed) as (both_packed, other):
-            for variant, branch in ((True, both_packed), (False, other)):
-                with branch:
-                    builder.call(_micro_kernel(builder.module, _element(dtype), width, variant), arguments)
+                              builder.icmp_signed("==", rsb_, _I64(vectors * width)))
+        with builder.if_else(builder.icmp_signed(">", nr_, _I64((vectors - 1) * width))) as (wide, narrow):
+            with wide, builder.if_else(packed) as (both_packed, other):
+                for variant, branch in ((True, both_packed), (False, other)):
+                    with branch:
+                        builder.call(_micro_kernel(builder.module, _element(dtype), width, variant, vectors), arguments)
+            with narrow:  # why: a panel's last few columns (W1's 10 logits) on as many vectors as they fill
+                for used in range(1, vectors):
+                    fills = builder.and_(builder.icmp_signed(">", nr_, _I64((used - 1) * width)),
+                                         builder.icmp_signed("<=", nr_, _I64(used * width)))
+                    with builder.if_then(fills):
+                        builder.call(_micro_kernel(builder.module, _element(dtype), width, False, used), arguments)
         return context.get_dummy_value()
 
     return signature, codegen
