@@ -43,8 +43,9 @@ def run_gemm(out, a, b, batch, m, n, k, ta, tb, alpha, beta, cuts, kernel=gemm):
 
 
 def edges(nr: int) -> st.SearchStrategy[int]:
-    """Sizes around the blocking's edges: tiny, one under/over a panel, a block or a k slice, and odd."""
-    return st.sampled_from([1, 2, MR - 1, MR, MR + 1, nr - 1, nr, nr + 1, 2 * nr + 3, MC + 5, 257, KC_MAX,
+    """Sizes around the blocking's edges: tiny, one under/over a panel, a block or a k slice, a last panel
+    of each vector count (``nr + 20``: two of four vectors on AVX-512), and odd."""
+    return st.sampled_from([1, 2, MR - 1, MR, MR + 1, nr - 1, nr, nr + 1, nr + 20, 2 * nr + 3, MC + 5, 257, KC_MAX,
                             KC_MAX + 1, 2 * KC_MAX + 5])
 
 
