@@ -204,20 +204,21 @@ def _pack_panel(module: ir.Module, element: ir.Type, width: int, count: int) -> 
     fn.linkage = "internal"
     dst, src, stride, step, kc = fn.args
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
-    blocked = builder.mul(builder.sdiv(kc, _I64(width)), _I64(width))
-    lines_contiguous = builder.and_(builder.icmp_signed("==", step, _I64(1)),
-                                    builder.icmp_signed("!=", stride, _I64(1)))
-    if count < width:
-        lines_contiguous = ir.Constant(ir.IntType(1), 0)
-    with builder.if_then(lines_contiguous), _counted(builder, fn, _I64(0), blocked, _I64(width)) as p:
-        for first in range(0, count, width):
-            lines = [builder.gep(src, [builder.add(builder.mul(stride, _I64(r)), p)])
-                     for r in range(first, min(count, first + width))]
-            columns = _transposed_block(builder, [builder.load(g.vector_at(builder, at, 0), align=1) for at in lines])
-            for q, column in enumerate(columns):
-                at = builder.gep(dst, [builder.add(builder.mul(builder.add(p, _I64(q)), _I64(count)), _I64(first))])
-                builder.store(column, builder.bitcast(at, column.type.as_pointer()), align=1)
-    start = builder.select(lines_contiguous, blocked, _I64(0))
+    start = _I64(0)  # where the element-by-element loop begins
+    if count >= width:
+        blocked = builder.mul(builder.sdiv(kc, _I64(width)), _I64(width))
+        lines_contiguous = builder.and_(builder.icmp_signed("==", step, _I64(1)),
+                                        builder.icmp_signed("!=", stride, _I64(1)))
+        with builder.if_then(lines_contiguous), _counted(builder, fn, _I64(0), blocked, _I64(width)) as p:
+            for first in range(0, count, width):
+                lines = [builder.gep(src, [builder.add(builder.mul(stride, _I64(r)), p)])
+                         for r in range(first, min(count, first + width))]
+                rows = [builder.load(g.vector_at(builder, at, 0), align=1) for at in lines]
+                for q, column in enumerate(_transposed_block(builder, rows)):
+                    at = builder.gep(dst, [builder.add(builder.mul(builder.add(p, _I64(q)), _I64(count)),
+                                                       _I64(first))])
+                    builder.store(column, builder.bitcast(at, column.type.as_pointer()), align=1)
+        start = builder.select(lines_contiguous, blocked, start)
     contiguous = builder.icmp_signed("==", stride, _I64(1))
     with _counted(builder, fn, start, kc, _I64(1)) as p:
         source = builder.gep(src, [builder.mul(p, step)])
@@ -453,11 +454,11 @@ def operand_strides(rows, cols, transposed):
 
 
 @codelet(inline="always")
-def panel_rows(i, panels, lo, hi, m):
-    """The rows ``[first, last)`` of matrix ``i`` among the ``MR``-row panels ``[lo, hi)`` of a batch of
-    ``panels`` panels per matrix."""
-    first = max(lo - i * panels, 0) * MR
-    return first, min(min(hi - i * panels, panels) * MR, m)
+def panel_span(i, panels, lo, hi, width, extent):
+    """The lines (rows or columns) ``[first, last)`` of matrix ``i`` among the ``width``-line panels
+    ``[lo, hi)`` of a batch of ``panels`` panels per matrix, each ``extent`` lines long."""
+    first = max(lo - i * panels, 0) * width
+    return first, min(min(hi - i * panels, panels) * width, extent)
 
 
 @codelet
@@ -472,7 +473,7 @@ def gemm(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi):
     rsb, csb = operand_strides(k, n, tb)
     panels = (m + MR - 1) // MR
     for i in range(lo // panels, (hi - 1) // panels + 1 if hi > lo else 0):
-        first, last = panel_rows(i, panels, lo, hi, m)
+        first, last = panel_span(i, panels, lo, hi, MR, m)
         gemm_block(out, i * m * n + first * n, n, a, i * a_bs + first * rsa, rsa, csa, b, i * b_bs, rsb, csb,
                    last - first, n, k, alpha, beta, pa, pb)
     return 0
@@ -489,8 +490,7 @@ def gemm_columns(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo,
     rsb, csb = operand_strides(k, n, tb)
     column_panels = (n + nr - 1) // nr
     for i in range(lo // column_panels, (hi - 1) // column_panels + 1 if hi > lo else 0):
-        first = max(lo - i * column_panels, 0) * nr
-        last = min(min(hi - i * column_panels, column_panels) * nr, n)
+        first, last = panel_span(i, column_panels, lo, hi, nr, n)
         gemm_block(out, i * m * n + first, n, a, i * a_bs, rsa, csa, b, i * b_bs + first * csb, rsb, csb,
                    m, last - first, k, alpha, beta, pa, pb)
     return 0
@@ -513,7 +513,7 @@ def {name}(c, b, {operands}batch, m, n, k, tb, pob, b_bs, alpha, beta, lo, hi):
     panels = (m + kg.MR - 1) // kg.MR
     step = kg.slice_depth(k)
     for pmat in range(lo // panels, (hi - 1) // panels + 1 if hi > lo else 0):
-        first, last = kg.panel_rows(pmat, panels, lo, hi, m)
+        first, last = kg.panel_span(pmat, panels, lo, hi, kg.MR, m)
         pack_b = kg.packs_b(last - first, csb)
         for pcol in range(0, k, step):
             pcols = min(step, k - pcol)

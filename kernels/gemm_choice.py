@@ -95,7 +95,12 @@ def panels(batch: int, m: int) -> int:
 def grain(n: int, k: int) -> int:
     """Row panels per task when the engine splits a product with ``n`` columns and depth ``k``:
     at least :data:`~popjit.kernels.blas.SERIAL_GEMM_MACS` multiply-adds each."""
-    return max(1, -(-SERIAL_GEMM_MACS // (MR * n * k)))
+    return _panels_per_task(MR * n * k)
+
+
+def _panels_per_task(panel_macs: int) -> int:
+    """Panels of ``panel_macs`` multiply-adds each per task: at least ``SERIAL_GEMM_MACS`` in all."""
+    return max(1, -(-SERIAL_GEMM_MACS // panel_macs))
 
 
 def own_split(itemsize: int, batch: int, m: int, n: int, k: int) -> tuple[str, int, int]:
@@ -107,7 +112,7 @@ def own_split(itemsize: int, batch: int, m: int, n: int, k: int) -> tuple[str, i
     if m >= n:
         return "gemm", panels(batch, m), grain(n, k)
     width = panel_width(itemsize)
-    return "gemm_columns", batch * -(-n // width), max(1, -(-SERIAL_GEMM_MACS // (width * m * k)))
+    return "gemm_columns", batch * -(-n // width), _panels_per_task(width * m * k)
 
 
 def uses_own_gemm(dtype: np.dtype, batch: int, m: int, n: int, k: int, ta: bool, tb: bool) -> bool:
