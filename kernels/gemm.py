@@ -13,8 +13,11 @@
   (few rows: ``B`` is read in place; a narrow ``C``: ``A`` is). With ``B`` packed, each ``MR``-row
   micro-panel of ``A`` stays in L1 while the kernel streams ``NC`` columns of ``B``'s panels from L2;
 - every operand is addressed by strides, so transposed operands need no copy;
-- :func:`gemm` runs a range ``[lo, hi)`` of ``MR``-row panels of a batch of products, so the
-  engine splits a large product over its thread pool like any parallel codelet (no BLAS threads).
+- :func:`gemm` runs a range ``[lo, hi)`` of ``MR``-row panels of a batch of products (:func:`gemm_columns`
+  of column panels), so the engine splits a large product over its thread pool like any parallel
+  codelet (no BLAS threads); every task reads all of the other operand, which the engine packs once
+  first, split too (:func:`pack_a_panels`, :func:`pack_b_panels`), for :func:`gemm_columns_packed_a`
+  and :func:`gemm_packed_b` (:func:`~.gemm_choice.own_split`).
 
 Whether a product runs here or in the system BLAS is measured once per machine
 (:mod:`popjit.kernels.gemm_choice`).
@@ -346,18 +349,25 @@ def _pack_edge(dst, at, src, src_at, stride, step, count, width, kc):
 
 
 @codelet(inline="always")
-def _pack(dst, src, at, stride, step, lines, width, kc):
+def _pack(dst, dst_at, src, at, stride, step, lines, width, kc):
     """Pack ``lines`` lines (rows of A: ``width == MR``; columns of B: ``width == NR``), line ``r`` at
-    ``src[at + r*stride]`` with its ``kc`` elements ``step`` apart, into panels of ``width`` lines."""
+    ``src[at + r*stride]`` with its ``kc`` elements ``step`` apart, into panels of ``width`` lines from
+    ``dst[dst_at]`` on."""
     for first in range(0, lines, width):
         count = min(width, lines - first)
         start = at + first * stride
         if count < width:
-            _pack_edge(dst, first * kc, src, start, stride, step, count, width, kc)
+            _pack_edge(dst, dst_at + first * kc, src, start, stride, step, count, width, kc)
         elif width == MR:
-            pack_rows(dst, first * kc, src, start, stride, step, kc)
+            pack_rows(dst, dst_at + first * kc, src, start, stride, step, kc)
         else:
-            pack_columns(dst, first * kc, src, start, stride, step, kc)
+            pack_columns(dst, dst_at + first * kc, src, start, stride, step, kc)
+
+
+@codelet(inline="always")
+def padded(lines, width):
+    """``lines`` rounded up to whole panels of ``width``."""
+    return (lines + width - 1) // width * width
 
 
 @codelet(inline="always")
@@ -382,7 +392,7 @@ def packs_b(m, csb):
 
 
 @codelet(inline="always")
-def _row_block(c, c_at, ldc, a, a_at, a_panel, rsa, csa, b, b_at, rsb, csb, pack_b, pb, mc, n, kc, alpha, beta):
+def _row_block(c, c_at, ldc, a, a_at, a_panel, rsa, csa, b, b_at, rsb, csb, pack_b, pb, pb_at, mc, n, kc, alpha, beta):
     """``C = alpha * A @ B + beta * C`` for a block of ``mc`` rows and a slice of ``kc`` of the depth:
     ``A[i, p] = a[a_at + (i // MR)*a_panel + (i % MR)*rsa + p*csa]`` (packed: ``a_panel = MR*kc``; in
     place: ``MR*rsa``), ``B[p, j] = b[b_at + p*rsb + j*csb]`` (``pack_b``: packed in ``pb`` already)."""
@@ -391,13 +401,13 @@ def _row_block(c, c_at, ldc, a, a_at, a_panel, rsa, csa, b, b_at, rsb, csb, pack
         for n0 in range(0, n, NC):
             for r0 in range(0, mc, MR):
                 for j0 in range(n0, min(n0 + NC, n), nr):
-                    micro_kernel(kc, a, a_at + (r0 // MR) * a_panel, rsa, csa, pb, j0 * kc, nr,
+                    micro_kernel(kc, a, a_at + (r0 // MR) * a_panel, rsa, csa, pb, pb_at + j0 * kc, nr,
                                  c, c_at + r0 * ldc + j0, ldc, alpha, beta, min(MR, mc - r0), min(nr, n - j0))
     else:
         for j0 in range(0, n, nr):
             cols = min(nr, n - j0)
             if cols < nr:
-                _pack(pb, b, b_at + j0 * csb, csb, rsb, cols, nr, kc)
+                _pack(pb, 0, b, b_at + j0 * csb, csb, rsb, cols, nr, kc)
                 panel, panel_at, panel_step = pb, 0, nr
             else:
                 panel, panel_at, panel_step = b, b_at + j0, rsb
@@ -407,43 +417,51 @@ def _row_block(c, c_at, ldc, a, a_at, a_panel, rsa, csa, b, b_at, rsb, csb, pack
 
 
 @codelet(inline="always")
-def gemm_block(c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alpha, beta, pa, pb):
+def gemm_block(c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alpha, beta, pa, pb, pa_at, pb_at):
     """One thread's ``C = alpha * A @ B + beta * C`` of an ``m x n`` block, with ``A[i, p] =
     a[a_at + i*rsa + p*csa]``, ``B[p, j] = b[b_at + p*rsb + j*csb]``, ``C[i, j] = c[c_at + i*ldc + j]``;
-    ``pa``/``pb``: packing space of ``MC*KC_MAX`` and ``KC_MAX*round_up(n, NR)`` elements."""
+    ``pa``/``pb``: packing space of ``MC*KC_MAX`` and ``KC_MAX*round_up(n, NR)`` elements, or, with
+    ``pa_at``/``pb_at`` not negative, the whole operand packed already from there on (as
+    :func:`pack_a_panels`/:func:`pack_b_panels` pack a matrix; ``A``'s ``m`` rows are then all its rows)."""
     nr = NR32 if c.itemsize == 4 else NR64
-    pack_a = 2 * n > nr  # why: A is read once per column panel; packed, its micro-panel stays in L1
-    pack_b = packs_b(m, csb)
+    pack_a = pa_at >= 0 or 2 * n > nr  # why: A is read once per column panel; packed, its micro-panel stays in L1
+    pack_b = pb_at >= 0 or packs_b(m, csb)
     step = slice_depth(k)
     for p0 in range(0, k, step):
         kc = min(step, k - p0)
         scale_c = beta if p0 == 0 else 1.0
-        if pack_b:
-            _pack(pb, b, b_at + p0 * rsb, csb, rsb, n, nr, kc)
+        b_slice = pb_at + p0 * padded(n, nr)
+        if pb_at < 0:
+            b_slice = 0
+            if pack_b:
+                _pack(pb, 0, b, b_at + p0 * rsb, csb, rsb, n, nr, kc)
         for i0 in range(0, m, MC):
             mc = min(MC, m - i0)
             at = a_at + i0 * rsa + p0 * csa
-            if pack_a:
-                _pack(pa, a, at, rsa, csa, mc, MR, kc)
+            if pa_at >= 0:
+                _row_block(c, c_at + i0 * ldc, ldc, pa, pa_at + p0 * padded(m, MR) + i0 * kc, MR * kc, 1, MR, b,
+                           b_at + p0 * rsb, rsb, csb, pack_b, pb, b_slice, mc, n, kc, alpha, scale_c)
+            elif pack_a:
+                _pack(pa, 0, a, at, rsa, csa, mc, MR, kc)
                 _row_block(c, c_at + i0 * ldc, ldc, pa, 0, MR * kc, 1, MR, b, b_at + p0 * rsb, rsb, csb, pack_b, pb,
-                           mc, n, kc, alpha, scale_c)
+                           b_slice, mc, n, kc, alpha, scale_c)
             else:
                 _row_block(c, c_at + i0 * ldc, ldc, a, at, MR * rsa, rsa, csa, b, b_at + p0 * rsb, rsb, csb, pack_b,
-                           pb, mc, n, kc, alpha, scale_c)
+                           pb, b_slice, mc, n, kc, alpha, scale_c)
 
 
 @codelet
 def packed_row_block(c, c_at, ldc, pa, b, b_at, rsb, csb, pack_b, pb, mc, n, kc, alpha, beta):
     """:func:`_row_block` of a block of ``A`` packed in ``pa``, compiled once (not inlined into each of
     the computed products that call it, whose compile it would make seconds long)."""
-    _row_block(c, c_at, ldc, pa, 0, MR * kc, 1, MR, b, b_at, rsb, csb, pack_b, pb, mc, n, kc, alpha, beta)
+    _row_block(c, c_at, ldc, pa, 0, MR * kc, 1, MR, b, b_at, rsb, csb, pack_b, pb, 0, mc, n, kc, alpha, beta)
     return 0
 
 
 @codelet
 def pack_b_slice(pb, b, b_at, rsb, csb, n, kc):
     """Pack ``kc`` rows of ``B`` (``B[p, j] = b[b_at + p*rsb + j*csb]``) into ``NR``-column panels."""
-    _pack(pb, b, b_at, csb, rsb, n, NR32 if b.itemsize == 4 else NR64, kc)
+    _pack(pb, 0, b, b_at, csb, rsb, n, NR32 if b.itemsize == 4 else NR64, kc)
     return 0
 
 
@@ -461,30 +479,26 @@ def panel_span(i, panels, lo, hi, width, extent):
     return first, min(min(hi - i * panels, panels) * width, extent)
 
 
-@codelet
-def gemm(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi):
-    """Batched ``out[i] = alpha * op(a[i]) @ op(b[i]) + beta * out[i]`` (the signature of
-    :func:`popjit.kernels.matmul.matmul_f32`) for the ``MR``-row panels ``[lo, hi)`` of the
-    ``batch * ceil(m / MR)`` there are, on the calling thread."""
+@codelet(inline="always")
+def _row_panels(out, a, b, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi, pb, b_packed):
+    """The ``MR``-row panels ``[lo, hi)`` of a batch of products; ``b_packed``: each ``B`` is in ``pb``
+    already (:func:`pack_b_panels`), else ``pb`` is space to pack a slice of it in."""
     nr = NR32 if out.itemsize == 4 else NR64
     pa = aligned_space(MC * KC_MAX, out)
-    pb = aligned_space(KC_MAX * ((n + nr - 1) // nr * nr), out)
     rsa, csa = operand_strides(m, k, ta)
     rsb, csb = operand_strides(k, n, tb)
     panels = (m + MR - 1) // MR
     for i in range(lo // panels, (hi - 1) // panels + 1 if hi > lo else 0):
         first, last = panel_span(i, panels, lo, hi, MR, m)
         gemm_block(out, i * m * n + first * n, n, a, i * a_bs + first * rsa, rsa, csa, b, i * b_bs, rsb, csb,
-                   last - first, n, k, alpha, beta, pa, pb)
-    return 0
+                   last - first, n, k, alpha, beta, pa, pb, -1, i * padded(n, nr) * k if b_packed else -1)
 
 
-@codelet
-def gemm_columns(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi):
-    """:func:`gemm` for the ``NR``-column panels ``[lo, hi)`` of the ``batch * ceil(n / NR)`` there are
-    (each element's sum is the same whichever way a product is cut)."""
+@codelet(inline="always")
+def _column_panels(out, a, b, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi, pa, a_packed):
+    """The ``NR``-column panels ``[lo, hi)`` of a batch of products; ``a_packed``: each ``A`` is in ``pa``
+    already (:func:`pack_a_panels`), else ``pa`` is space to pack a block of it in."""
     nr = NR32 if out.itemsize == 4 else NR64
-    pa = aligned_space(MC * KC_MAX, out)
     pb = aligned_space(KC_MAX * min((n + nr - 1) // nr, hi - lo) * nr, out)
     rsa, csa = operand_strides(m, k, ta)
     rsb, csb = operand_strides(k, n, tb)
@@ -492,7 +506,74 @@ def gemm_columns(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo,
     for i in range(lo // column_panels, (hi - 1) // column_panels + 1 if hi > lo else 0):
         first, last = panel_span(i, column_panels, lo, hi, nr, n)
         gemm_block(out, i * m * n + first, n, a, i * a_bs, rsa, csa, b, i * b_bs + first * csb, rsb, csb,
-                   m, last - first, k, alpha, beta, pa, pb)
+                   m, last - first, k, alpha, beta, pa, pb, i * padded(m, MR) * k if a_packed else -1, -1)
+
+
+@codelet
+def gemm(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi):
+    """Batched ``out[i] = alpha * op(a[i]) @ op(b[i]) + beta * out[i]`` (the signature of
+    :func:`popjit.kernels.matmul.matmul_f32`) for the ``MR``-row panels ``[lo, hi)`` of the
+    ``batch * ceil(m / MR)`` there are, on the calling thread."""
+    nr = NR32 if out.itemsize == 4 else NR64
+    _row_panels(out, a, b, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi, aligned_space(KC_MAX * padded(n, nr), out),
+                False)
+    return 0
+
+
+@codelet
+def gemm_columns(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi):
+    """:func:`gemm` for the ``NR``-column panels ``[lo, hi)`` of the ``batch * ceil(n / NR)`` there are
+    (each element's sum is the same whichever way a product is cut)."""
+    _column_panels(out, a, b, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi, aligned_space(MC * KC_MAX, out), False)
+    return 0
+
+
+@codelet(inline="always")
+def _pack_panels(space, src, lines, k, stride, step, bs, width, lo, hi):
+    """Pack the ``width``-line panels ``[lo, hi)`` of a batch of operands with ``lines`` lines each (line
+    ``r`` of operand ``i`` at ``src[i*bs + r*stride]``, its ``k`` elements ``step`` apart): operand after
+    operand, each a slice of the depth after the other (as :func:`gemm_block` cuts it), each slice's
+    panels together, so that a task finds a packed operand where it would have packed it itself."""
+    panels = (lines + width - 1) // width
+    depth = slice_depth(k)
+    for q in range(lo, hi):
+        i, first = q // panels, q % panels * width
+        for p0 in range(0, k, depth):
+            kc = min(depth, k - p0)
+            at, source = i * panels * width * k + p0 * panels * width + first * kc, i * bs + first * stride + p0 * step
+            _pack(space, at, src, source, stride, step, min(width, lines - first), width, kc)
+
+
+@codelet
+def pack_a_panels(pa, a, batch, m, k, ta, a_bs, lo, hi):
+    """Pack the ``MR``-row panels ``[lo, hi)`` of the ``batch * ceil(m / MR)`` of ``op(a)`` into ``pa``
+    (``batch * padded(m, MR) * k`` elements), for :func:`gemm_columns_packed_a`."""
+    rsa, csa = operand_strides(m, k, ta)
+    _pack_panels(pa, a, m, k, rsa, csa, a_bs, MR, lo, hi)
+    return 0
+
+
+@codelet
+def pack_b_panels(pb, b, batch, n, k, tb, b_bs, lo, hi):
+    """Pack the ``NR``-column panels ``[lo, hi)`` of the ``batch * ceil(n / NR)`` of ``op(b)`` into ``pb``
+    (``batch * padded(n, NR) * k`` elements), for :func:`gemm_packed_b`."""
+    rsb, csb = operand_strides(k, n, tb)
+    _pack_panels(pb, b, n, k, csb, rsb, b_bs, NR32 if pb.itemsize == 4 else NR64, lo, hi)
+    return 0
+
+
+@codelet
+def gemm_columns_packed_a(out, pa, b, batch, m, n, k, tb, b_bs, alpha, beta, lo, hi):
+    """:func:`gemm_columns` with every ``A`` packed already in ``pa`` (:func:`pack_a_panels`): the tasks
+    of a split product share one packing of the operand they all read."""
+    _column_panels(out, pa, b, m, n, k, False, tb, 0, b_bs, alpha, beta, lo, hi, pa, True)
+    return 0
+
+
+@codelet
+def gemm_packed_b(out, a, pb, batch, m, n, k, ta, a_bs, alpha, beta, lo, hi):
+    """:func:`gemm` with every ``B`` packed already in ``pb`` (:func:`pack_b_panels`)."""
+    _row_panels(out, a, pb, m, n, k, ta, False, a_bs, 0, alpha, beta, lo, hi, pb, True)
     return 0
 
 

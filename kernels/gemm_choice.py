@@ -25,6 +25,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -103,16 +104,66 @@ def _panels_per_task(panel_macs: int) -> int:
     return max(1, -(-SERIAL_GEMM_MACS // panel_macs))
 
 
-def own_split(itemsize: int, batch: int, m: int, n: int, k: int) -> tuple[str, int, int]:
-    """How the engine splits a product on the own gemm over its threads: the codelet (``gemm`` over
-    ``MR``-row panels, ``gemm_columns`` over ``NR``-column panels), its units and the units per task.
-    Each task packs the whole of the operand it does not cut, so the cut goes across the longer side
-    of ``C``. why: cut by rows, W2's ``[256, 784] @ [784, 1024]`` packed all of ``B`` in every one of
-    its eight chunks, and its step took twice as long as on the system BLAS."""
-    if m >= n:
-        return "gemm", panels(batch, m), grain(n, k)
+#: A task of a product's packing (:func:`own_split`) packs at least this many elements.
+PACKED_PER_TASK = 1 << 16
+
+
+class OwnSplit(NamedTuple):
+    """How the engine runs a product on the own gemm: ``codelet`` over ``units`` panels, at least
+    ``per_task`` a task; for a product cut into more than one task, after ``packs`` has packed the
+    operand every task reads, over its ``pack_units`` panels (``pack_per_task`` a task), into ``space``
+    elements of the engine's scratch."""
+
+    codelet: str
+    units: int
+    per_task: int
+    packs: str | None = None
+    pack_units: int = 0
+    pack_per_task: int = 0
+    space: int = 0
+
+
+def own_split(itemsize: int, batch: int, m: int, n: int, k: int) -> OwnSplit:
+    """How the engine splits a product on the own gemm over its threads (:class:`OwnSplit`): across the
+    longer side of ``C`` (``gemm`` over ``MR``-row panels, ``gemm_columns`` over ``NR``-column panels).
+    why: each task packs what it cuts of one operand and reads all of the other; cut by rows, W2's
+    ``[256, 784] @ [784, 1024]`` read all of ``B`` in every one of its eight chunks. That other operand
+    is packed once, before the tasks, when there are several (``gemm_packed_b``, ``gemm_columns_packed_a``):
+    each task packing it again cost 10-25% of one-task speed at eight tasks (W2's products on one
+    Ice Lake core, 115-118 against 128-132 GFLOP/s at 1024 columns, 90-106 at 1024 in sixteen)."""
     width = panel_width(itemsize)
-    return "gemm_columns", batch * -(-n // width), _panels_per_task(width * m * k)
+    if m >= n:
+        units, per_task = panels(batch, m), grain(n, k)
+        if units <= per_task:
+            return OwnSplit("gemm", units, per_task)
+        return OwnSplit("gemm_packed_b", units, per_task, "pack_b_panels", batch * -(-n // width),
+                        _pack_grain(width * k), batch * -(-n // width) * width * k)
+    units, per_task = batch * -(-n // width), _panels_per_task(width * m * k)
+    if units <= per_task:
+        return OwnSplit("gemm_columns", units, per_task)
+    return OwnSplit("gemm_columns_packed_a", units, per_task, "pack_a_panels", panels(batch, m), _pack_grain(MR * k),
+                    panels(batch, m) * MR * k)
+
+
+def _pack_grain(panel_elements: int) -> int:
+    return max(1, -(-PACKED_PER_TASK // panel_elements))
+
+
+def own_calls(plan: OwnSplit, product: list[Any], space: Any) -> list[tuple[str, list[Any], tuple[int, int]]]:
+    """The calls that run a product as ``plan`` says, in order: each codelet of :mod:`.gemm`, its
+    arguments before its range of panels, and its (units, units per task). ``product``: the arguments
+    of :func:`~.gemm.gemm` (``out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta``), values or
+    the engine's text of them; ``space``: the scratch a packing writes (unused without one)."""
+    out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta = product
+    run = (plan.units, plan.per_task)
+    if plan.packs is None:
+        return [(plan.codelet, list(product), run)]
+    packing = (plan.pack_units, plan.pack_per_task)
+    if plan.packs == "pack_a_panels":
+        return [(plan.packs, [space, a, batch, m, k, ta, a_bs], packing),
+                (plan.codelet, [out, space, b, batch, m, n, k, tb, b_bs, alpha, beta], run)]
+    return [(plan.packs, [space, b, batch, n, k, tb, b_bs], packing),
+            (plan.codelet, [out, a, space, batch, m, n, k, ta, a_bs, alpha, beta], run)]
 
 
 def uses_own_gemm(dtype: np.dtype, batch: int, m: int, n: int, k: int, ta: bool, tb: bool) -> bool:
@@ -185,6 +236,16 @@ def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max(1, threads_to_use() - 1), thread_name_prefix="popjit-gemm-choice")
 
 
+def _split_over_threads(kernel: Any, arguments: list[Any], units: int, per_task: int) -> None:
+    """``kernel(*arguments, lo, hi)`` over ``units`` in as many ranges as threads (at most one a ``per_task``)."""
+    tasks = max(1, min(threads_to_use(), -(-units // per_task)))
+    cuts = [units * t // tasks for t in range(tasks + 1)]
+    rest = [_pool().submit(kernel, *arguments, cuts[t], cuts[t + 1]) for t in range(1, tasks)]
+    kernel(*arguments, cuts[0], cuts[1])
+    for task in rest:
+        task.result()
+
+
 def _measure(dtype: np.dtype, batch: int, m: int, n: int, k: int, ta: bool, tb: bool) -> bool:
     """Time both ways on random operands, best of a few interleaved trials; True if the own one wins."""
     # why: the kernels (and Numba behind them) load only when a product is measured; the engine
@@ -197,16 +258,12 @@ def _measure(dtype: np.dtype, batch: int, m: int, n: int, k: int, ta: bool, tb: 
     out = np.zeros(batch * m * n, dtype)
     blas = matmul.matmul_f32 if dtype == np.float32 else matmul.matmul_f64
     args = (out, a, b, batch, m, n, k, ta, tb, m * k, k * n, 1.0, 0.0)
-    name, units, per_task = own_split(dtype.itemsize, batch, m, n, k)
-    kernel = getattr(gemm, name)
-    tasks = max(1, min(threads_to_use(), -(-units // per_task)))
-    cuts = [units * t // tasks for t in range(tasks + 1)]
+    plan = own_split(dtype.itemsize, batch, m, n, k)
+    calls = own_calls(plan, list(args), np.empty(plan.space, dtype))
 
     def own() -> None:
-        rest = [_pool().submit(kernel, *args, cuts[t], cuts[t + 1]) for t in range(1, tasks)]
-        kernel(*args, cuts[0], cuts[1])
-        for task in rest:
-            task.result()
+        for name, arguments, (units, per_task) in calls:
+            _split_over_threads(getattr(gemm, name), arguments, units, per_task)
 
     def system() -> None:
         blas(*args)

@@ -41,7 +41,7 @@ from popjit.codegen.numerics import DEFAULT, TRAPPED, Numerics
 from popjit.codegen.render import Rendered, render_kernel
 from popjit.dtypes import DType
 from popjit.ir.loop import Buffer, Collective, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, StmtVisitor, While
-from popjit.kernels.gemm_choice import grain, own_split, panels, uses_own_gemm
+from popjit.kernels.gemm_choice import grain, own_calls, own_split, panels, uses_own_gemm
 from popjit.kernels.threads import threads_to_use
 from popjit.loop.interchange import chunk_rows, interchangeable
 from popjit.loop.passes import scatters
@@ -84,6 +84,7 @@ class EngineSource:
     body: list[Any] = field(default_factory=list)  # the statement tree (Invoke, Loop, WhileLoop, Branch)
     context_slot: int | None = None  # P[context_slot]: the collectives' context, set per replica (None: no collectives)
     unmaterialised: frozenset[int] = frozenset()  # uids of buffers no statement writes (implicit products' operands)
+    scratch: list[Buffer] = field(default_factory=list)  # the engine's own temporaries, its last buffers
 
     @property
     def rounding_state(self) -> bool:
@@ -203,6 +204,7 @@ class _Emitter(StmtVisitor):
         for k, b in enumerate(args):
             self.names[b.uid] = f"B{k}"
         self.arguments = args
+        self.scratch: dict[DType, tuple[str, int]] = {}  # dtype -> (name, elements)
         self.body: list[Any] = []
         self.collective_numbers = {id(c): k for k, c in enumerate(collectives(program))}
         self.context_slot: int | None = None
@@ -218,6 +220,22 @@ class _Emitter(StmtVisitor):
 
     def buf(self, b: Buffer) -> str:
         return self.names[b.uid]
+
+    def scratch_space(self, dtype: DType, size: int) -> str:
+        """The engine's scratch buffer of ``dtype``, at least ``size`` elements: one a dtype, as large as
+        its largest use (the statements using it run one after the other). It follows the program's
+        buffers (:meth:`scratch_buffers`)."""
+        name, most = self.scratch.get(dtype, (f"B{len(self.arguments) + len(self.scratch)}", 0))
+        self.scratch[dtype] = (name, max(most, size))
+        return name
+
+    def scratch_buffers(self) -> list[Buffer]:
+        """The scratch buffers handed out, in the order of their names."""
+        buffers = []
+        for dtype, (name, size) in self.scratch.items():
+            buffers.append(Buffer(f"scratch_{dtype.name}", (size,), dtype, "temp"))
+            self.names[buffers[-1].uid] = name
+        return buffers
 
     def nested(self, stmts: list[Stmt]) -> list[Any]:
         """The statement tree of ``stmts``."""
@@ -276,8 +294,13 @@ class _Emitter(StmtVisitor):
             fn = "matmul_f16_rounded"
             args += [str(n.nanoo), str(n.sr)] + (["R[0]", "R[1]", "R[2]"] if n.sr else ["0", "0", "0"])
         elif uses_own_gemm(storage_dtype(s.out.dtype), s.batch, s.m, s.n, s.k, s.ta, s.tb):
-            fn, units, per_task = own_split(storage_dtype(s.out.dtype).itemsize, s.batch, s.m, s.n, s.k)
-            module, split = "popjit.kernels.gemm", (units, per_task)
+            plan = own_split(storage_dtype(s.out.dtype).itemsize, s.batch, s.m, s.n, s.k)
+            space = self.scratch_space(s.out.dtype, plan.space) if plan.packs else None
+            *packing, (fn, args, split) = own_calls(plan, args, space)
+            for packs, pack_args, pack_split in packing:
+                self.library[packs] = "popjit.kernels.gemm"
+                self.invoke(packs, pack_args, s.name, split=pack_split)
+            module = "popjit.kernels.gemm"
         elif fn in ("matmul_f32", "matmul_f64") and (parts := _blas_split(s.batch, s.m, s.n, s.k)) is not None:
             # why split over popjit's threads: no spinning BLAS threads. why planned: a BLAS call's
             # sums round differently with its shape (OpenBLAS's edge kernels), so the calls are the
@@ -420,6 +443,8 @@ def render_engine(program: Program, numerics: Numerics = DEFAULT) -> EngineSourc
     program's floating-point behaviour)."""
     em = _Emitter(program, numerics)
     em.block(program.body)
+    scratch = em.scratch_buffers()
+    em.arguments = [*em.arguments, *scratch]
     text = _PythonText()
     text.block(em.body, 1)
     params = ", ".join([*(em.buf(b) for b in em.arguments), "P", "F", "S", *(["R"] if numerics.sr else []), "K"])
@@ -429,4 +454,4 @@ def render_engine(program: Program, numerics: Numerics = DEFAULT) -> EngineSourc
     return EngineSource(source, name, em.codelets, em.arguments, np.array(em.ints, dtype=np.int64),
                         np.array(em.floats, dtype=np.float64), em.library, numerics,
                         em.compute_sets, list(em.callees), em.body, em.context_slot,
-                        frozenset(b.uid for b in em.implicit.unmaterialised))
+                        frozenset(b.uid for b in em.implicit.unmaterialised), scratch)

@@ -185,7 +185,7 @@ class Executable:
     def _temporaries(self) -> AlignedLayout:
         """Where the engine's temporaries lie in the one allocation a run makes for them."""
         unmaterialised = self.engine_source.unmaterialised  # why: never written, so never allocated
-        temps = self.program.temps
+        temps = [*self.program.temps, *self.engine_source.scratch]
         return AlignedLayout([0 if b.uid in unmaterialised else b.size for b in temps],
                              [storage_dtype(b.dtype) for b in temps])
 

@@ -19,8 +19,20 @@ import popjit.tensorflow as tf
 from popjit import config
 from popjit.codegen.engine import render_engine
 from popjit.kernels import blas, gemm_choice
-from popjit.kernels.gemm import KC_MAX, MC, MR, NR32, NR64, gemm, gemm_columns
-from popjit.kernels.gemm_choice import grain, own_split, panels, uses_own_gemm
+from popjit.kernels.gemm import (
+    KC_MAX,
+    MC,
+    MR,
+    NR32,
+    NR64,
+    gemm,
+    gemm_columns,
+    gemm_columns_packed_a,
+    gemm_packed_b,
+    pack_a_panels,
+    pack_b_panels,
+)
+from popjit.kernels.gemm_choice import grain, own_calls, own_split, panels, uses_own_gemm
 from popjit.pipeline import lower_graph, optimize_graph
 
 
@@ -107,10 +119,53 @@ def test__a_column_range__writes_only_its_columns_with_the_bits_of_a_row_split()
 
 
 def test__the_split__cuts_across_the_longer_side_of_the_product():
-    assert own_split(4, 2, 300, 100, 50) == ("gemm", panels(2, 300), grain(100, 50))
-    name, units, per_task = own_split(4, 2, 100, 300, 50)
+    assert own_split(4, 2, 300, 100, 50)[:3] == ("gemm", panels(2, 300), grain(100, 50))
+    name, units, per_task, *_ = own_split(4, 2, 100, 300, 50)
     assert (name, units) == ("gemm_columns", 2 * -(-300 // NR32))
     assert per_task * NR32 * 100 * 50 >= gemm_choice.SERIAL_GEMM_MACS > (per_task - 1) * NR32 * 100 * 50
+
+
+def test__a_product_of_several_tasks__packs_the_operand_they_share_once_first():
+    single = own_split(4, 1, 300, 100, 50)
+    assert single.units <= single.per_task and single.packs is None, "one task packs its own operands"
+    wide = own_split(4, 1, 256, 1024, 784)  # W2's first layer: cut into column panels, all read A
+    assert wide[:4] == ("gemm_columns_packed_a", 1024 // NR32, 1, "pack_a_panels")
+    assert (wide.pack_units, wide.space) == (panels(1, 256), panels(1, 256) * MR * 784)
+    tall = own_split(8, 3, 1024, 100, 512)  # cut into row panels, all read B
+    assert tall[:4] == ("gemm_packed_b", panels(3, 1024), grain(100, 512), "pack_b_panels")
+    assert (tall.pack_units, tall.space) == (3 * -(-100 // NR64), 3 * -(-100 // NR64) * NR64 * 512)
+    for plan, panel in ((wide, MR * 784), (tall, NR64 * 512)):  # elements a panel
+        assert plan.pack_per_task * panel >= gemm_choice.PACKED_PER_TASK > (plan.pack_per_task - 1) * panel
+    calls = own_calls(wide, ["o", "a", "b", 1, 256, 1024, 784, "ta", "tb", "abs", "bbs", "al", "be"], "s")
+    assert [(name, args[:3]) for name, args, _ in calls] == [("pack_a_panels", ["s", "a", 1]),
+                                                               ("gemm_columns_packed_a", ["o", "s", "b"])]
+
+
+@given(dtype=st.sampled_from([np.float32, np.float64]), batch=st.integers(1, 3), data=st.data(),
+       ta=st.booleans(), tb=st.booleans(), beta=st.sampled_from([0.0, 0.25]), packs_a=st.booleans())
+def test__an_operand_packed_once__gives_the_bits_of_each_task_packing_it(dtype, batch, data, ta, tb, beta, packs_a):
+    nr = NR32 if dtype == np.float32 else NR64
+    m, n, k = (data.draw(edges(nr)) for _ in range(3))
+    rng = np.random.default_rng(m * 10007 + n * 101 + k)
+    a, b = operands(rng, dtype, batch, m, n, k, ta, tb)
+    out = rng.uniform(-1, 1, (batch, m, n)).astype(dtype)
+    want = out.copy()
+    run_gemm(want, a, b, batch, m, n, k, ta, tb, -0.5, beta, [0, panels(batch, m)])
+    row_panels, column_panels = panels(batch, m), batch * -(-n // nr)
+    if packs_a:
+        space = np.full(row_panels * MR * k, np.nan, dtype)
+        packing = (pack_a_panels, (space, a.reshape(-1), batch, m, k, ta, m * k), row_panels)
+        product = (gemm_columns_packed_a, (out.reshape(-1), space, b.reshape(-1), batch, m, n, k, tb, k * n),
+                   column_panels)
+    else:
+        space = np.full(column_panels * nr * k, np.nan, dtype)
+        packing = (pack_b_panels, (space, b.reshape(-1), batch, n, k, tb, k * n), column_panels)
+        product = (gemm_packed_b, (out.reshape(-1), a.reshape(-1), space, batch, m, n, k, ta, m * k), row_panels)
+    for kernel, args, units in (packing, product):
+        extra = (-0.5, beta) if kernel is product[0] else ()
+        for lo, hi in itertools.pairwise([0, *sorted(data.draw(st.lists(st.integers(0, units), max_size=3))), units]):
+            kernel(*args, *extra, lo, hi)
+    np.testing.assert_array_equal(out, want)
 
 
 def test__the_split__gives_each_task_enough_work():
@@ -143,7 +198,8 @@ def test__popjit_matmul_setting__chooses_the_kernel_without_measuring(tmp_path, 
         assert "matmul_f32" in short, "short, beside a sleeping pool: one call on OpenBLAS's threads"
     assert "matmul_f32" in matmul_callees(30, 20, 10), "small: one serial BLAS call"
     with config.context(MATMUL="popjit"):
-        assert "gemm" in matmul_callees(300, 200, 100)
+        assert "gemm" in matmul_callees(30, 20, 10)
+        assert {"pack_b_panels", "gemm_packed_b"} <= set(matmul_callees(300, 200, 100)), "split: B packed once first"
     with config.context(MATMUL="blas"):
         assert "matmul_split" in matmul_callees(1100, 50, 100)
     assert not list(tmp_path.rglob("gemm-choice-*.json")), "nothing was measured"
@@ -229,3 +285,23 @@ def test__a_training_step__gives_the_same_numbers_on_either_kernel():
         np.testing.assert_allclose(own, system, rtol=1e-5, atol=1e-5)
     h = np.maximum(x.astype(np.float64) @ w1, 0)
     np.testing.assert_allclose(results["popjit"][0], ((h @ w2.T) ** 2).sum(), rtol=1e-5)
+
+
+def product(x, w):
+    return tf.matmul(x, w)
+
+
+def test__a_split_product_in_a_program__packs_into_the_engines_scratch_with_the_bits_of_one_task():
+    rng = np.random.default_rng(4)
+    m, n, k = 64, 2048, 256  # 32 column panels, a task at least 4: several tasks, all reading A
+    x, w = rng.uniform(-1, 1, (m, k)).astype(np.float32), rng.uniform(-1, 1, (k, n)).astype(np.float32)
+    with config.context(MATMUL="popjit"):
+        step = tf.function(product, jit_compile=True)
+        got = step(x, w).numpy()
+        source = step.get_concrete_function(x, w).executable("/device:CPU:0").engine_source
+    assert {"pack_a_panels", "gemm_columns_packed_a"} <= {c.name for c in source.callees}
+    assert [(b.shape, b.dtype) for b in source.scratch] == [((panels(1, m) * MR * k,), tf.float32)]
+    assert source.arguments[-1] is source.scratch[-1], "the engine's own buffers follow the program's"
+    want = np.zeros((1, m, n), np.float32)
+    run_gemm(want, x[None], w[None], 1, m, n, k, False, False, 1.0, 0.0, [0, panels(1, m)])
+    np.testing.assert_array_equal(got, want[0])
