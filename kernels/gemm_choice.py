@@ -1,9 +1,11 @@
 """Which matmuls run on popjit's own gemm (:mod:`popjit.kernels.gemm`) and which on the system BLAS.
 
-``POPJIT_MATMUL=blas`` (the default) always uses the system BLAS and ``popjit`` always the own gemm;
-``POPJIT_MATMUL=auto`` measures: the first time a product of a given shape is compiled
-on a machine, both ways run it on this process's threads (popjit's gemm split into as many ranges
-as the engine would split it, BLAS as ``matmul_f32`` calls it) and the faster one is kept, in
+``POPJIT_MATMUL=rules`` (the default) follows :func:`own_gemm_wins`: the own gemm for the products
+where it was measured faster, on the hosts where it was measured; ``blas`` always uses the system
+BLAS and ``popjit`` always the own gemm; ``POPJIT_MATMUL=auto`` measures: the first time a product
+of a given shape is compiled on a machine, both ways run it on this process's threads (popjit's
+gemm split into as many ranges as the engine would split it, BLAS as ``matmul_f32`` calls it) and the
+faster one is kept, in
 ``gemm-choice-<cpu>-<threads>.json`` in the cache generation directory, for every later compile
 on this machine (products below :data:`MEASURED_MACS` multiply-adds are not measured: BLAS). The
 own kernel must be at least :data:`MARGIN` faster to be chosen: on a tie the
@@ -123,6 +125,28 @@ class OwnSplit(NamedTuple):
     space: int = 0
 
 
+#: Rows, columns and depth a product needs, each, to run on the own gemm by :func:`own_gemm_wins`.
+OWN_MIN_SIDE = 64
+#: ... and it runs there only if its depth is at most this many times its longer side.
+OWN_MAX_DEPTH_RATIO = 4
+
+
+def own_gemm_wins(batch: int, m: int, n: int, k: int) -> bool:
+    """Whether a product runs on the own gemm under ``POPJIT_MATMUL=rules``: on a host with AVX-512 (the
+    4-vector kernel, :func:`panel_vectors`) when its rows, columns and depth are each at least
+    :data:`OWN_MIN_SIDE` and its depth at most :data:`OWN_MAX_DEPTH_RATIO` times its longer side. Fixed
+    rules, not measurement, so that a program's results do not depend on what a machine measured.
+
+    why, measured on a 2-core Ice Lake (AVX-512) in an engine, each product's two programs interleaved,
+    median GFLOP/s on the own gemm against OpenBLAS: W2's 256x1024x784, 256x1024x1024 (``B`` transposed
+    too), 1024x1024x256 and 784x1024x256 (``A`` transposed) 159-190 against 130-141; 1024^3 248 against
+    220; the Keras CNN's 3872x64x288 and 3872x288x64 (``B`` transposed) 117 and 134 against 96 and 106.
+    Not: its filter gradient 288x64x3872 (deep and narrow: 82 against 115), products 10 wide or deep
+    (W2's last layer: 18-23 against 18-40), an MLP's 32-row batches (W1: 37-40 ms a call against 32-34),
+    and AVX2 hosts, where its 12-accumulator kernel ran at 0.83-0.95x OpenBLAS on a 2-core Zen 3."""
+    return panel_vectors() == 4 and min(m, n, k) >= OWN_MIN_SIDE and k <= OWN_MAX_DEPTH_RATIO * max(m, n)
+
+
 def own_split(itemsize: int, batch: int, m: int, n: int, k: int) -> OwnSplit:
     """How the engine splits a product on the own gemm over its threads (:class:`OwnSplit`): across the
     longer side of ``C`` (``gemm`` over ``MR``-row panels, ``gemm_columns`` over ``NR``-column panels).
@@ -173,6 +197,8 @@ def uses_own_gemm(dtype: np.dtype, batch: int, m: int, n: int, k: int, ta: bool,
     if not HAVE_CBLAS:
         return True
     setting = config.get("MATMUL")
+    if setting == "rules":
+        return own_gemm_wins(batch, m, n, k)
     if setting != "auto":
         return setting == "popjit"
     if batch * m * n * k < MEASURED_MACS:

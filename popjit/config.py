@@ -35,9 +35,9 @@ def _log_level(s: str) -> int:
 
 
 def _matmul(s: str) -> str:
-    choice = s.strip().lower() or "blas"
-    if choice not in ("auto", "popjit", "blas"):
-        raise ValueError(f"POPJIT_MATMUL={s!r}: use auto, popjit or blas")
+    choice = s.strip().lower() or "rules"
+    if choice not in ("rules", "auto", "popjit", "blas"):
+        raise ValueError(f"POPJIT_MATMUL={s!r}: use rules, auto, popjit or blas")
     return choice
 
 
@@ -79,8 +79,10 @@ SETTINGS: dict[str, Setting] = {
         Setting("INTERCHANGE_LOOPS", _bool, True,
                 "run a loop of element-wise codelets chunk by chunk, every iteration on a cache-sized chunk "
                 "(0: iteration by iteration, for comparing the two)"),
-        Setting("MATMUL", _matmul, "blas",
-                "float matmuls: blas (the system BLAS), popjit (popjit's own gemm), auto (the own gemm where it "
+        Setting("MATMUL", _matmul, "rules",
+                "float matmuls: rules (popjit's own gemm on AVX-512 hosts for products at least 64 rows, columns "
+                "and deep, and no deeper than four times their longer side; the system BLAS for the rest and on "
+                "other hosts), blas (the system BLAS), popjit (popjit's own gemm), auto (the own gemm where it "
                 "measured faster than the BLAS on this machine; not the default: a choice measured again after "
                 "the cache is emptied may differ, and with it a result's last bits)"),
         Setting("OPENBLAS_CORETYPE", _coretype, None,

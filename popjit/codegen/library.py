@@ -11,7 +11,8 @@ engine and the codelets it does not share: the Keras CNN at batch 64 after batch
 own. The units a program still needs are compiled in a few parts, each part's object a *group* of
 units (:func:`_build`); a group is loaded into Numba's JIT once per process with every unit in it and
 kept as ``units/<group>.group`` in the cache generation directory, each of its units as
-``units/<key>.unit`` naming it (:class:`_Units`).
+``units/<key>.unit`` naming it (:class:`_Units`). A library kernel is a group of its own, kept in
+``kernels/`` instead: the machine's kernel library, which every later program links without compiling.
 
 The parts are compiled in parallel (:mod:`popjit.codegen.machine` optimises them and emits their
 object code on threads) while the next one is written. The engine's LLVM module is a part of its own,
@@ -191,7 +192,9 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
     a program of new sizes compiles only its engine and its new codelets. The units still to build are
     shared out over a few parts (:func:`balanced_parts`, :data:`PARTS_PER_THREAD` per thread), each
     compiled into one object, a group of units, on a thread
-    (:class:`~popjit.codegen.machine.PartCompiler`) while the next is written. why not one object per
+    (:class:`~popjit.codegen.machine.PartCompiler`) while the next is written. A library kernel is a part
+    of its own, kept in ``kernels/``: the kernel library, compiled once per machine, that a new program
+    links as it is (the own gemm's kernels took 0.9 s of a cold Keras CNN's machine code). why not one object per
     unit: LLVM sets up its pass and code-emission pipelines per module (8.7 ms for an empty one), and
     the Keras CNN's 43 units compiled one module each kept the LLVM threads busy 0.6 s longer (3.0-3.4 s
     against 2.4-2.7 s, five cold compiles each). The callees Numba's pipeline compiles (with run-time
@@ -203,12 +206,15 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
     direct = _DirectCodelets() if config.get("DIRECT_CODELETS") else None
     sources = [_codelet_source(fn) if direct else None for _, fn, _ in distinct]
     unit_keys = [_unit_key(fn, types, source) for (_, fn, types), source in zip(distinct, sources)]
+    kernels = {k for k, source in zip(unit_keys, sources) if k is not None and source is None}
     symbols = {(id(fn), types): _UNITS.symbol(k) for (_, fn, types), k in zip(distinct, unit_keys)
-               if k is not None and _UNITS.ready(k)}
+               if k is not None and _UNITS.ready(k, k in kernels)}
     to_write = [i for i, (_, fn, types) in enumerate(distinct) if (id(fn), types) not in symbols]
     threads = threads_to_use()
-    groups = _groups(to_write, [len(sources[i]) if sources[i] else _OTHER_WEIGHT for i in to_write],
-                     PARTS_PER_THREAD * threads if threads > 1 else 1)
+    codelets = [i for i in to_write if unit_keys[i] not in kernels]
+    groups = [[i] for i in to_write if unit_keys[i] in kernels] + _groups(
+        codelets, [len(sources[i]) if sources[i] else _OTHER_WEIGHT for i in codelets],
+        PARTS_PER_THREAD * threads if threads > 1 else 1)
     debug = config.get("DEBUG") >= 7
     linked = _LinkedModules()
     writer = _PartWriter(key, len(to_write), direct, progress)
@@ -242,7 +248,7 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
         print(f"=== popjit: machine code of program library {key} ===\n{assembly}", file=sys.stderr)
     for (part, units), code in zip(written, objects):
         if units:
-            _UNITS.keep(units, _serialized(part, code))
+            _UNITS.keep(units, _serialized(part, code), units[0] in kernels)
     symbols.update(writer.symbols)
     names = [symbols[(id(fn), types)] for (_, types), fn in zip(callees, functions)]
     serialized = [_serialized(part, code) for (part, units), code in zip(written, objects) if not units]
@@ -376,7 +382,8 @@ class _Units:
     """The units this process has loaded. Units compiled together are one object, a *group*, loaded into
     Numba's JIT once with every unit in it (a unit's entry point is named after its key); a group is kept
     as ``units/<group>.group`` in the cache generation directory and each unit in it as
-    ``units/<key>.unit``, naming its group. Used under Numba's compiler lock."""
+    ``units/<key>.unit``, naming its group; a group of library kernels in ``kernels/`` (``kernel``).
+    Used under Numba's compiler lock."""
 
     def __init__(self) -> None:
         self._group_of: dict[str, str] = {}  # unit key -> the loaded group it came from
@@ -387,11 +394,11 @@ class _Units:
         """The symbol of the unit ``key``'s entry point."""
         return f"popjit.unit.{key}"
 
-    def ready(self, key: str) -> bool:
+    def ready(self, key: str, kernel: bool = False) -> bool:
         """Whether unit ``key`` is loaded, loading its group from the cache if it is kept there."""
         if key in self._group_of:
             return True
-        directory = self._directory()
+        directory = self._directory(kernel)
         pointer = read_entry(directory / f"{key}.unit", UNIT_MAGIC, key) if directory is not None else None
         if pointer is None:
             return False
@@ -418,11 +425,11 @@ class _Units:
         for unit in units:
             self._group_of.setdefault(unit, group)
 
-    def keep(self, units: tuple[str, ...], serialized: tuple) -> None:
+    def keep(self, units: tuple[str, ...], serialized: tuple, kernel: bool = False) -> None:
         """Load the group of ``units`` just compiled into ``serialized``, and save it."""
         group = hashlib.sha256(" ".join(units).encode()).hexdigest()[:24]
         self.load(group, units, serialized)
-        directory = self._directory()
+        directory = self._directory(kernel)
         if directory is not None:
             keep_entry(directory / f"{group}.group", GROUP_MAGIC, group, units, serialized)
             for unit in units:  # why after the group: a unit's file never names a group not yet there
@@ -433,8 +440,8 @@ class _Units:
         return [(group, *self._groups[group]) for group in sorted({self._group_of[unit] for unit in units})]
 
     @staticmethod
-    def _directory() -> Path | None:
-        directory = generation_dir() / "units"
+    def _directory(kernel: bool) -> Path | None:
+        directory = generation_dir() / ("kernels" if kernel else "units")
         return directory if usable_dir(directory) else None
 
 

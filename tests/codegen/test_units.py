@@ -145,3 +145,27 @@ def test__own_gemm_units__load_in_a_later_process(tmp_path):
     for rows in (64, 64, 96):  # compiled; the program loaded; a new program whose units are loaded
         out = run_program(OWN_GEMM.replace("ROWS", str(rows)), cache, check=False, **env)
         assert out.returncode == 0 and out.stdout.split() == ["ok"], (rows, out.stderr[-2000:])
+
+
+@pytest.mark.slow
+def test__library_kernels__are_the_machines_kernel_library_which_a_new_program_links_as_it_is(tmp_path):
+    """Each library kernel is a group of its own, kept in ``kernels/`` apart from the codelets' units: a
+    new program (the codelets' units gone too, as in the benchmark's cold first call) links the kernels
+    compiled before and compiles only its codelets."""
+    cache, env = tmp_path / "cache", {"POPJIT_MATMUL": "popjit", "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
+                                      "POPJIT_LOG": "info"}
+
+    def counts() -> tuple[int, int]:
+        out = run_program(OWN_GEMM.replace("ROWS", "64"), cache, **env)
+        assert out.stdout.split() == ["ok"], out.stderr[-2000:]
+        (found,) = [(int(m[1]), int(m[2])) for m in CODELETS.finditer(out.stderr)]
+        return found
+
+    compiled, cached = counts()
+    (generation,) = cache.glob("gen-*")
+    kernels, codelets = (sorted((generation / d).glob("*.unit")) for d in ("kernels", "units"))
+    assert kernels and codelets and cached == 0 and compiled == len(kernels) + len(codelets)
+    assert len(list((generation / "kernels").glob("*.group"))) == len(kernels), "a group each"
+    for program_files in ("units", "programs", "executables"):
+        shutil.rmtree(generation / program_files)
+    assert counts() == (len(codelets), len(kernels))

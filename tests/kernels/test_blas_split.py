@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,6 +40,12 @@ from popjit.pipeline.compiler import lower_graph, optimize_graph
 from tests.helpers import thread_local_count
 
 pytestmark = pytest.mark.skipif(not blas.HAVE_CBLAS, reason="NumPy's OpenBLAS is not available")
+
+
+@pytest.fixture(autouse=True)
+def system_blas(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every product on the system BLAS: the default rules give some to popjit's own gemm on AVX-512 hosts."""
+    monkeypatch.setenv("POPJIT_MATMUL", "blas")
 
 
 def units(batch: int, m: int, n: int) -> int:
@@ -146,9 +153,13 @@ def test__a_compiled_large_product__runs_split_and_equals_numpy() -> None:
     np.testing.assert_allclose(grad, 2 * x.T.astype(np.float64) @ h, rtol=1e-4, atol=1e-3)
 
 
-def test__a_compiled_product_past_the_split_range__is_split_unless_openblas_threads_run_it() -> None:
+def test__a_compiled_product_past_the_split_range__is_split_unless_openblas_threads_run_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Beside a sleeping pool a product past the split range runs on OpenBLAS's threads; beside a spinning
     one too when popjit compiles on a quiet host (``PLANNED_THREADS_FROM``), else it is split."""
+    # why a cache of its own: the choice is the compiling process's, and the other test worker, started
+    # on a quieter or busier host, may have compiled this program into the shared one
+    monkeypatch.setenv("POPJIT_CACHE_DIR", str(tmp_path))
     side = 1 + round(blas.BLAS_THREADS_MACS ** (1 / 3))
     a = np.ones((side, side), np.float32)
     matmul = tf.function(tf.matmul, jit_compile=True)

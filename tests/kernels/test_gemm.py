@@ -189,14 +189,17 @@ def matmul_callees(m: int, n: int, k: int) -> list[str]:
 
 def test__popjit_matmul_setting__chooses_the_kernel_without_measuring(tmp_path, monkeypatch):
     monkeypatch.setenv("POPJIT_CACHE_DIR", str(tmp_path))
-    assert config.get("MATMUL") == "blas", "reproducible by default: no measuring"
-    assert "matmul_split" in matmul_callees(1100, 50, 100), "the system BLAS, split over popjit's threads"
-    short = matmul_callees(300, 200, 100)  # 6M multiply-adds, 300 rows
+    assert config.get("MATMUL") == "rules", "reproducible by default: no measuring"
+    assert "matmul_split" in matmul_callees(1100, 50, 100), "narrow: the system BLAS, split over popjit's threads"
+    assert "matmul_f32" in matmul_callees(30, 20, 10), "small: one serial BLAS call"
+    with config.context(MATMUL="blas"):
+        short = matmul_callees(300, 200, 100)  # 6M multiply-adds, 300 rows
     if blas.POOL_SPINS:
         assert "matmul_split" in short, "short, beside a spinning pool: split over it too"
     else:
         assert "matmul_f32" in short, "short, beside a sleeping pool: one call on OpenBLAS's threads"
-    assert "matmul_f32" in matmul_callees(30, 20, 10), "small: one serial BLAS call"
+    own = {"pack_b_panels", "gemm_packed_b"} <= set(matmul_callees(300, 200, 100))
+    assert own is (gemm_choice.panel_vectors() == 4), "by the rules: the own gemm where it was measured faster"
     with config.context(MATMUL="popjit"):
         assert "gemm" in matmul_callees(30, 20, 10)
         assert {"pack_b_panels", "gemm_packed_b"} <= set(matmul_callees(300, 200, 100)), "split: B packed once first"
@@ -207,8 +210,26 @@ def test__popjit_matmul_setting__chooses_the_kernel_without_measuring(tmp_path, 
 
 def test__a_bad_popjit_matmul_value__names_the_choices(monkeypatch):
     monkeypatch.setenv("POPJIT_MATMUL", "mkl")
-    with pytest.raises(ValueError, match="auto, popjit or blas"):
+    with pytest.raises(ValueError, match="rules, auto, popjit or blas"):
         config.get("MATMUL")
+
+
+@pytest.mark.parametrize(("shape", "own"), [
+    ((1, 256, 1024, 784), True),  # W2's layers
+    ((1, 1024, 1024, 1024), True),
+    ((1, 3872, 288, 64), True),  # the Keras CNN's second convolution's input gradient
+    ((1, 288, 64, 3872), False),  # ... and its filter gradient: deeper than 4x its longer side
+    ((1, 256, 10, 1024), False),  # a layer of 10 logits
+    ((1, 32, 256, 784), False),  # an MLP's 32-row batch
+    ((1, 1024, 1024, 10), False),  # a depth of 10
+])
+def test__the_rules__give_the_own_gemm_the_products_it_was_measured_faster_on(shape, own, monkeypatch):
+    monkeypatch.setattr(gemm_choice, "panel_vectors", lambda: 4)
+    assert gemm_choice.own_gemm_wins(*shape) is own
+    with config.context(MATMUL="rules"):
+        assert uses_own_gemm(np.dtype(np.float32), *shape, False, False) is own
+    monkeypatch.setattr(gemm_choice, "panel_vectors", lambda: 2)
+    assert not gemm_choice.own_gemm_wins(*shape), "AVX2 and NEON hosts: the system BLAS, faster there"
 
 
 def test__auto__measures_once_per_machine_and_keeps_the_choice_on_disk(tmp_path, monkeypatch):

@@ -266,7 +266,7 @@ def test__compiled_code_changes_the_blas_count_only_where_no_other_thread_runs(l
     # raced, and some pieces ran on OpenBLAS's threads
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
     proc = subprocess.run([sys.executable, "-c", BLAS_COUNT_CHANGES], capture_output=True, text=True, timeout=600,
-                          env={**env, "POPJIT_CACHE_DIR": str(tmp_path / "popjit"),
+                          env={**env, "POPJIT_CACHE_DIR": str(tmp_path / "popjit"), "POPJIT_MATMUL": "blas",
                                "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "NUMBA_THREADING_LAYER": layer})
     assert proc.returncode == 0, proc.stderr[-3000:]
     calls, spins = proc.stdout.split()
