@@ -168,4 +168,20 @@ def threads_summary() -> list[str]:
     layer = threading_layer()  # why first: it sets GOMP_SPINCOUNT when the user did not
     chosen = ", ".join(f"{k}={os.environ[k]}" for k in THREAD_VARIABLES if k in os.environ) or "none set"
     return [f"blas: {blas_description()}",
-            f"popjit pool: {layer}, {threads_to_use()} threads; environment: {chosen}"]
+            f"popjit pool: {layer}, {threads_to_use()} threads; environment: {chosen}",
+            f"popjit matmuls: {matmul_summary()}"]
+
+
+def matmul_summary() -> str:
+    """Which kernel popjit's float matmuls run on (``POPJIT_MATMUL``), and its own gemm's block on this host."""
+    from popjit import config
+    from popjit.kernels.gemm_choice import MR, OWN_MIN_SIDE, panel_vectors, panel_width
+
+    setting = config.get("MATMUL")
+    own = f"own gemm {MR}x{panel_width(4)} float32 blocks"
+    if setting == "rules":
+        where = (f"products at least {OWN_MIN_SIDE} rows, columns and deep" if panel_vectors() == 4
+                 else "none on this host (no AVX-512)")
+        return f"POPJIT_MATMUL=rules: {own} for {where}, the BLAS for the rest"
+    return {"blas": "POPJIT_MATMUL=blas: the BLAS for all", "popjit": f"POPJIT_MATMUL=popjit: {own} for all",
+            "auto": f"POPJIT_MATMUL=auto: {own} where measured faster on this machine"}[setting]

@@ -428,5 +428,7 @@ def test__machine_summary__names_the_blas_kernels_and_the_variables_that_chose_t
     (pool_line,) = [ln for ln in lines if ln.startswith("popjit pool: ")]
     assert "OpenBLAS" in blas_line and "NumPy's runs Haswell kernels" in blas_line, blas_line
     assert "OPENBLAS_CORETYPE=Haswell" in pool_line and "GOMP_SPINCOUNT=" in pool_line, pool_line
+    (matmul_line,) = [ln for ln in lines if ln.startswith("popjit matmuls: ")]
+    assert matmul_line.startswith("popjit matmuls: POPJIT_MATMUL=rules: own gemm 6x") and "the BLAS" in matmul_line
     here = [ln for ln in timing.machine_summary() if ln.startswith("blas: ")]
     assert here == [f"blas: {blas.blas_description()}"]
