@@ -416,7 +416,7 @@ def _row_block(c, c_at, ldc, a, a_at, a_panel, rsa, csa, b, b_at, rsb, csb, pack
                              c, c_at + r0 * ldc + j0, ldc, alpha, beta, min(MR, mc - r0), cols)
 
 
-@codelet(inline="always")
+@codelet
 def gemm_block(c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alpha, beta, pa, pb, pa_at, pb_at):
     """One thread's ``C = alpha * A @ B + beta * C`` of an ``m x n`` block, with ``A[i, p] =
     a[a_at + i*rsa + p*csa]``, ``B[p, j] = b[b_at + p*rsb + j*csb]``, ``C[i, j] = c[c_at + i*ldc + j]``;

@@ -112,17 +112,16 @@ PACKED_PER_TASK = 1 << 16
 
 class OwnSplit(NamedTuple):
     """How the engine runs a product on the own gemm: ``codelet`` over ``units`` panels, at least
-    ``per_task`` a task; for a product cut into more than one task, after ``packs`` has packed the
-    operand every task reads, over its ``pack_units`` panels (``pack_per_task`` a task), into ``space``
-    elements of the engine's scratch."""
+    ``per_task`` a task, after ``packs`` has packed the operand every task reads, over its ``pack_units``
+    panels (``pack_per_task`` a task), into ``space`` elements of the engine's scratch."""
 
     codelet: str
     units: int
     per_task: int
-    packs: str | None = None
-    pack_units: int = 0
-    pack_per_task: int = 0
-    space: int = 0
+    packs: str
+    pack_units: int
+    pack_per_task: int
+    space: int
 
 
 #: Rows, columns and depth a product needs, each, to run on the own gemm by :func:`own_gemm_wins`.
@@ -154,19 +153,15 @@ def own_split(itemsize: int, batch: int, m: int, n: int, k: int) -> OwnSplit:
     ``[256, 784] @ [784, 1024]`` read all of ``B`` in every one of its eight chunks. That other operand
     is packed once, before the tasks, when there are several (``gemm_packed_b``, ``gemm_columns_packed_a``):
     each task packing it again cost 10-25% of one-task speed at eight tasks (W2's products on one
-    Ice Lake core, 115-118 against 128-132 GFLOP/s at 1024 columns, 90-106 at 1024 in sixteen)."""
+    Ice Lake core, 115-118 against 128-132 GFLOP/s at 1024 columns, 90-106 at 1024 in sixteen). A
+    product of one task runs the same way, packing the same once: two drivers fewer for Numba to
+    compile the first time a machine uses them (each takes it 3-9 s)."""
     width = panel_width(itemsize)
     if m >= n:
-        units, per_task = panels(batch, m), grain(n, k)
-        if units <= per_task:
-            return OwnSplit("gemm", units, per_task)
-        return OwnSplit("gemm_packed_b", units, per_task, "pack_b_panels", batch * -(-n // width),
+        return OwnSplit("gemm_packed_b", panels(batch, m), grain(n, k), "pack_b_panels", batch * -(-n // width),
                         _pack_grain(width * k), batch * -(-n // width) * width * k)
-    units, per_task = batch * -(-n // width), _panels_per_task(width * m * k)
-    if units <= per_task:
-        return OwnSplit("gemm_columns", units, per_task)
-    return OwnSplit("gemm_columns_packed_a", units, per_task, "pack_a_panels", panels(batch, m), _pack_grain(MR * k),
-                    panels(batch, m) * MR * k)
+    return OwnSplit("gemm_columns_packed_a", batch * -(-n // width), _panels_per_task(width * m * k), "pack_a_panels",
+                    panels(batch, m), _pack_grain(MR * k), panels(batch, m) * MR * k)
 
 
 def _pack_grain(panel_elements: int) -> int:
@@ -177,11 +172,9 @@ def own_calls(plan: OwnSplit, product: list[Any], space: Any) -> list[tuple[str,
     """The calls that run a product as ``plan`` says, in order: each codelet of :mod:`.gemm`, its
     arguments before its range of panels, and its (units, units per task). ``product``: the arguments
     of :func:`~.gemm.gemm` (``out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta``), values or
-    the engine's text of them; ``space``: the scratch a packing writes (unused without one)."""
+    the engine's text of them; ``space``: the scratch the packing writes."""
     out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta = product
     run = (plan.units, plan.per_task)
-    if plan.packs is None:
-        return [(plan.codelet, list(product), run)]
     packing = (plan.pack_units, plan.pack_per_task)
     if plan.packs == "pack_a_panels":
         return [(plan.packs, [space, a, batch, m, k, ta, a_bs], packing),

@@ -295,8 +295,7 @@ class _Emitter(StmtVisitor):
             args += [str(n.nanoo), str(n.sr)] + (["R[0]", "R[1]", "R[2]"] if n.sr else ["0", "0", "0"])
         elif uses_own_gemm(storage_dtype(s.out.dtype), s.batch, s.m, s.n, s.k, s.ta, s.tb):
             plan = own_split(storage_dtype(s.out.dtype).itemsize, s.batch, s.m, s.n, s.k)
-            space = self.scratch_space(s.out.dtype, plan.space) if plan.packs else None
-            *packing, (fn, args, split) = own_calls(plan, args, space)
+            *packing, (fn, args, split) = own_calls(plan, args, self.scratch_space(s.out.dtype, plan.space))
             for packs, pack_args, pack_split in packing:
                 self.library[packs] = "popjit.kernels.gemm"
                 self.invoke(packs, pack_args, s.name, split=pack_split)

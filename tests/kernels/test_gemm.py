@@ -119,15 +119,15 @@ def test__a_column_range__writes_only_its_columns_with_the_bits_of_a_row_split()
 
 
 def test__the_split__cuts_across_the_longer_side_of_the_product():
-    assert own_split(4, 2, 300, 100, 50)[:3] == ("gemm", panels(2, 300), grain(100, 50))
+    assert own_split(4, 2, 300, 100, 50)[:3] == ("gemm_packed_b", panels(2, 300), grain(100, 50))
     name, units, per_task, *_ = own_split(4, 2, 100, 300, 50)
-    assert (name, units) == ("gemm_columns", 2 * -(-300 // NR32))
+    assert (name, units) == ("gemm_columns_packed_a", 2 * -(-300 // NR32))
     assert per_task * NR32 * 100 * 50 >= gemm_choice.SERIAL_GEMM_MACS > (per_task - 1) * NR32 * 100 * 50
 
 
 def test__a_product_of_several_tasks__packs_the_operand_they_share_once_first():
     single = own_split(4, 1, 300, 100, 50)
-    assert single.units <= single.per_task and single.packs is None, "one task packs its own operands"
+    assert single.units <= single.per_task and single.packs == "pack_b_panels", "one task: the same drivers"
     wide = own_split(4, 1, 256, 1024, 784)  # W2's first layer: cut into column panels, all read A
     assert wide[:4] == ("gemm_columns_packed_a", 1024 // NR32, 1, "pack_a_panels")
     assert (wide.pack_units, wide.space) == (panels(1, 256), panels(1, 256) * MR * 784)
@@ -201,7 +201,7 @@ def test__popjit_matmul_setting__chooses_the_kernel_without_measuring(tmp_path, 
     own = {"pack_b_panels", "gemm_packed_b"} <= set(matmul_callees(300, 200, 100))
     assert own is (gemm_choice.panel_vectors() == 4), "by the rules: the own gemm where it was measured faster"
     with config.context(MATMUL="popjit"):
-        assert "gemm" in matmul_callees(30, 20, 10)
+        assert {"pack_b_panels", "gemm_packed_b"} <= set(matmul_callees(30, 20, 10))
         assert {"pack_b_panels", "gemm_packed_b"} <= set(matmul_callees(300, 200, 100)), "split: B packed once first"
     with config.context(MATMUL="blas"):
         assert "matmul_split" in matmul_callees(1100, 50, 100)
@@ -300,7 +300,7 @@ def test__a_training_step__gives_the_same_numbers_on_either_kernel():
             results[kernel] = [r.numpy() for r in step(x, w1, w2)]
             program = step.get_concrete_function(x, w1, w2).executable("/device:CPU:0")
             callees = [c.name for c in program.engine_source.callees]
-            assert ("gemm" in callees) == (kernel == "popjit")
+            assert ("gemm_packed_b" in callees) == (kernel == "popjit")
             assert ("matmul_f32" in callees) == (kernel == "blas")
     for own, system in zip(results["popjit"], results["blas"]):
         np.testing.assert_allclose(own, system, rtol=1e-5, atol=1e-5)
