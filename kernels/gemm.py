@@ -467,8 +467,11 @@ def pack_b_slice(pb, b, b_at, rsb, csb, n, kc):
 
 @codelet(inline="always")
 def operand_strides(rows, cols, transposed):
-    """(row stride, column stride) of a row-major ``rows x cols`` operand, stored transposed or not."""
-    return (1, rows) if transposed else (cols, 1)
+    """(row stride, column stride) of a row-major ``rows x cols`` operand, stored transposed or not, as
+    int64 values, never literals. why: Numba compiles :func:`gemm_block` anew for each literal it is
+    called with (a packed driver's ``False`` transposes made its strides ``Literal[int](1)``), 3-4 s each
+    time a machine first uses the own gemm."""
+    return (np.int64(1), np.int64(rows)) if transposed else (np.int64(cols), np.int64(1))
 
 
 @codelet(inline="always")
@@ -477,14 +480,6 @@ def panel_span(i, panels, lo, hi, width, extent):
     ``[lo, hi)`` of a batch of ``panels`` panels per matrix, each ``extent`` lines long."""
     first = max(lo - i * panels, 0) * width
     return first, min(min(hi - i * panels, panels) * width, extent)
-
-
-@codelet(inline="always")
-def _int64(x, y):
-    """``x`` and ``y`` as int64 values, never literals. why: Numba compiles :func:`gemm_block` anew for each
-    literal it is called with (a driver's ``False`` transposes make its strides ``Literal[int](1)``), 3-4 s
-    each time a machine first uses the own gemm."""
-    return np.int64(x), np.int64(y)
 
 
 @codelet(inline="always")
@@ -498,10 +493,9 @@ def _row_panels(out, a, b, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi, pb,
     panels = (m + MR - 1) // MR
     for i in range(lo // panels, (hi - 1) // panels + 1 if hi > lo else 0):
         first, last = panel_span(i, panels, lo, hi, MR, m)
-        packed_at = i * padded(n, nr) * k if b_packed else -1
-        (rs_a, cs_a), (rs_b, cs_b), (a_at, b_at) = _int64(rsa, csa), _int64(rsb, csb), _int64(-1, packed_at)
-        gemm_block(out, i * m * n + first * n, n, a, i * a_bs + first * rsa, rs_a, cs_a, b, i * b_bs, rs_b, cs_b,
-                   last - first, n, k, alpha, beta, pa, pb, a_at, b_at)
+        b_at = np.int64(i * padded(n, nr) * k if b_packed else -1)  # why int64: see operand_strides
+        gemm_block(out, i * m * n + first * n, n, a, i * a_bs + first * rsa, rsa, csa, b, i * b_bs, rsb, csb,
+                   last - first, n, k, alpha, beta, pa, pb, np.int64(-1), b_at)
 
 
 @codelet(inline="always")
@@ -515,10 +509,9 @@ def _column_panels(out, a, b, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi, 
     column_panels = (n + nr - 1) // nr
     for i in range(lo // column_panels, (hi - 1) // column_panels + 1 if hi > lo else 0):
         first, last = panel_span(i, column_panels, lo, hi, nr, n)
-        packed_at = i * padded(m, MR) * k if a_packed else -1
-        (rs_a, cs_a), (rs_b, cs_b), (a_at, b_at) = _int64(rsa, csa), _int64(rsb, csb), _int64(packed_at, -1)
-        gemm_block(out, i * m * n + first, n, a, i * a_bs, rs_a, cs_a, b, i * b_bs + first * csb, rs_b, cs_b,
-                   m, last - first, k, alpha, beta, pa, pb, a_at, b_at)
+        a_at = np.int64(i * padded(m, MR) * k if a_packed else -1)  # why int64: see operand_strides
+        gemm_block(out, i * m * n + first, n, a, i * a_bs, rsa, csa, b, i * b_bs + first * csb, rsb, csb,
+                   m, last - first, k, alpha, beta, pa, pb, a_at, np.int64(-1))
 
 
 @codelet
