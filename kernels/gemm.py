@@ -450,21 +450,6 @@ def gemm_block(c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alph
                            pb, b_slice, mc, n, kc, alpha, scale_c)
 
 
-@codelet
-def packed_row_block(c, c_at, ldc, pa, b, b_at, rsb, csb, pack_b, pb, mc, n, kc, alpha, beta):
-    """:func:`_row_block` of a block of ``A`` packed in ``pa``, compiled once (not inlined into each of
-    the computed products that call it, whose compile it would make seconds long)."""
-    _row_block(c, c_at, ldc, pa, 0, MR * kc, 1, MR, b, b_at, rsb, csb, pack_b, pb, 0, mc, n, kc, alpha, beta)
-    return 0
-
-
-@codelet
-def pack_b_slice(pb, b, b_at, rsb, csb, n, kc):
-    """Pack ``kc`` rows of ``B`` (``B[p, j] = b[b_at + p*rsb + j*csb]``) into ``NR``-column panels."""
-    _pack(pb, 0, b, b_at, csb, rsb, n, NR32 if b.itemsize == 4 else NR64, kc)
-    return 0
-
-
 @codelet(inline="always")
 def operand_strides(rows, cols, transposed):
     """(row stride, column stride) of a row-major ``rows x cols`` operand, stored transposed or not, as
@@ -582,33 +567,34 @@ def gemm_packed_b(out, a, pb, batch, m, n, k, ta, a_bs, alpha, beta, lo, hi):
     return 0
 
 
-#: The codelet of a product whose ``A`` is computed as it is packed (the engine's implicit products,
-#: :mod:`popjit.codegen.implicit`, such as a convolution's, whose patches are never stored): :func:`gemm`
-#: with the packing of each block of ``A`` written in (``{pack}``: lines writing rows ``[prow, prow + prows)``,
-#: columns ``[pcol, pcol + pcols)`` of matrix ``pmat``'s ``A`` into ``pa`` as ``MR``-row panels,
-#: ``pa[(q // MR)*MR*pcols + e*MR + q % MR] = A[prow + q, pcol + e]``), calling the compiled kernels for the
-#: rest. The same sums in the same order as :func:`gemm_block` packing ``A``. why text, not a function
-#: taking the packing routine: Numba compiles a function per routine it is given, and with the kernels
-#: inlined that took 3-7 s for each convolution; as one generated function it is typed in a fraction of it.
+#: The codelet of a product whose ``A`` is computed, never stored (the engine's implicit products,
+#: :mod:`popjit.codegen.implicit`, such as a convolution's, whose patches are never stored): the ``MR``-row
+#: panels ``[lo, hi)`` of ``C``, ``B`` packed in ``pb`` already (:func:`pack_b_panels`). Each block of at most
+#: ``MC`` rows and one slice of the depth of ``A`` is computed into a small buffer (``{fill}``: lines writing
+#: element ``(o, e)`` of the operand's matrix, ``o`` in ``[q_o0, q_o1)`` of its outer flat index and ``e`` in
+#: ``[q_e0, q_e1)`` of its inner one, at ``q_blk[(o - q_o0) * q_ld + e - q_e0]``; ``{block}``: lines setting
+#: those bounds, and ``{rsa}``/``{csa}`` the block's strides as ``A``) and multiplied by :func:`gemm_block`:
+#: the same sums in the same order as :func:`gemm_packed_b` on the stored operand, so the same bits.
+#: why text, not a function taking the computing routine: Numba compiles a function per routine it is
+#: given; as one generated function calling the compiled :func:`gemm_block` it is typed in a fraction of it.
 COMPUTED_GEMM = """
-def {name}(c, b, {operands}batch, m, n, k, tb, pob, b_bs, alpha, beta, lo, hi):
+def {name}(c, pb, {operands}batch, m, n, k, pob, alpha, beta, lo, hi):
     nr = kg.NR32 if c.itemsize == 4 else kg.NR64
+    q_blk = kg.aligned_space(kg.MC * kg.KC_MAX, c)
     pa = kg.aligned_space(kg.MC * kg.KC_MAX, c)
-    pb = kg.aligned_space(kg.KC_MAX * ((n + nr - 1) // nr * nr), c)
-    rsb, csb = kg.operand_strides(k, n, tb)
     panels = (m + kg.MR - 1) // kg.MR
     step = kg.slice_depth(k)
+    b_matrix = kg.padded(n, nr) * k
     for pmat in range(lo // panels, (hi - 1) // panels + 1 if hi > lo else 0):
         first, last = kg.panel_span(pmat, panels, lo, hi, kg.MR, m)
-        pack_b = kg.packs_b(last - first, csb)
-        for pcol in range(0, k, step):
-            pcols = min(step, k - pcol)
-            if pack_b:
-                kg.pack_b_slice(pb, b, pmat * b_bs + pcol * rsb, rsb, csb, n, pcols)
-            for prow in range(first, last, kg.MC):
-                prows = min(kg.MC, last - prow)
-{pack}
-                kg.packed_row_block(c, pmat * m * n + prow * n, n, pa, b, pmat * b_bs + pcol * rsb, rsb, csb, pack_b,
-                                    pb, prows, n, pcols, alpha, beta if pcol == 0 else 1.0)
+        for r0 in range(first, last, kg.MC):
+            rows = min(kg.MC, last - r0)
+            for p0 in range(0, k, step):
+                kc = min(step, k - p0)
+{block}
+{fill}
+                kg.gemm_block(c, pmat * m * n + r0 * n, n, q_blk, np.int64(0), {rsa}, {csa}, pb, np.int64(0),
+                              np.int64(0), np.int64(0), rows, n, kc, alpha, beta if p0 == 0 else 1.0, pa, pb,
+                              np.int64(-1), pmat * b_matrix + p0 * kg.padded(n, nr))
     return 0
 """

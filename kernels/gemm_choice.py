@@ -156,12 +156,21 @@ def own_split(itemsize: int, batch: int, m: int, n: int, k: int) -> OwnSplit:
     Ice Lake core, 115-118 against 128-132 GFLOP/s at 1024 columns, 90-106 at 1024 in sixteen). A
     product of one task runs the same way, packing the same once: two drivers fewer for Numba to
     compile the first time a machine uses them (each takes it 3-9 s)."""
-    width = panel_width(itemsize)
     if m >= n:
-        return OwnSplit("gemm_packed_b", panels(batch, m), grain(n, k), "pack_b_panels", batch * -(-n // width),
-                        _pack_grain(width * k), batch * -(-n // width) * width * k)
+        return packed_b_split(itemsize, batch, m, n, k)
+    width = panel_width(itemsize)
     return OwnSplit("gemm_columns_packed_a", batch * -(-n // width), _panels_per_task(width * m * k), "pack_a_panels",
                     panels(batch, m), _pack_grain(MR * k), panels(batch, m) * MR * k)
+
+
+def packed_b_split(itemsize: int, batch: int, m: int, n: int, k: int, codelet: str = "gemm_packed_b") -> OwnSplit:
+    """The product split across ``MR``-row panels of ``C``, ``B`` packed once first (``pack_b_panels``):
+    :func:`own_split`'s plan for products at least as tall as wide, and every implicit product's
+    (``codelet``: the product's own, :mod:`popjit.codegen.implicit`)."""
+    width = panel_width(itemsize)
+    column_panels = batch * -(-n // width)
+    return OwnSplit(codelet, panels(batch, m), grain(n, k), "pack_b_panels", column_panels, _pack_grain(width * k),
+                    column_panels * width * k)
 
 
 def _pack_grain(panel_elements: int) -> int:

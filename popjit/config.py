@@ -34,6 +34,11 @@ def _log_level(s: str) -> int:
     return level
 
 
+def _implicit(s: str) -> str | bool:
+    choice = s.strip().lower() or "rules"
+    return "rules" if choice == "rules" else _bool(choice)
+
+
 def _matmul(s: str) -> str:
     choice = s.strip().lower() or "rules"
     if choice not in ("rules", "auto", "popjit", "blas"):
@@ -90,10 +95,12 @@ SETTINGS: dict[str, Setting] = {
                 "OPENBLAS_CORETYPE forces on NumPy; popjit then loads a private copy of NumPy's OpenBLAS, made in "
                 "memory); a kernel name such as Haswell or SkylakeX; numpy: NumPy's, as "
                 "OPENBLAS_CORETYPE configured them. Read once, when popjit's kernels are imported"),
-        Setting("IMPLICIT_GEMM", _bool, False,
-                "1: a float matmul operand written by one element-wise kernel and read only by matmuls (a "
-                "convolution's patches) is computed while popjit's own gemm packs it, never stored (0: stored, "
-                "then multiplied by the kernel POPJIT_MATMUL picks)"),
+        Setting("IMPLICIT_GEMM", _implicit, "rules",
+                "a float matmul operand written by one element-wise kernel and read only by matmuls (a "
+                "convolution's patches) is computed block by block as popjit's own gemm multiplies it, never "
+                "stored: rules (where POPJIT_MATMUL gives every one of those matmuls to the own gemm: the same "
+                "results as storing it), 1 (always, on the own gemm), 0 (never: stored, then multiplied by "
+                "the kernel POPJIT_MATMUL picks)"),
         Setting("SEED", int, None, "popjit run: tf.random.set_seed(N) before the program starts"),
         Setting("NUM_THREADS", int, None,
                 "threads of parallel codelets and matmuls (default: the cores this process may use, from its CPU "

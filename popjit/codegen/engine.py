@@ -41,7 +41,7 @@ from popjit.codegen.numerics import DEFAULT, TRAPPED, Numerics
 from popjit.codegen.render import Rendered, render_kernel
 from popjit.dtypes import DType
 from popjit.ir.loop import Buffer, Collective, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, StmtVisitor, While
-from popjit.kernels.gemm_choice import grain, own_calls, own_split, panels, uses_own_gemm
+from popjit.kernels.gemm_choice import own_calls, own_split, packed_b_split, uses_own_gemm
 from popjit.kernels.threads import threads_to_use
 from popjit.loop.interchange import chunk_rows, interchangeable
 from popjit.loop.passes import scatters
@@ -317,14 +317,20 @@ class _Emitter(StmtVisitor):
                     half and n.sr)
 
     def computed_product(self, s: MatMul, a: ComputedOperand) -> None:
-        """A product whose ``A`` is computed as it is packed, on popjit's own gemm, split over threads as
-        :func:`popjit.kernels.gemm.gemm` is."""
+        """A product whose ``A`` is computed, never stored, on popjit's own gemm: ``B`` packed once, then
+        the product split over threads by rows, as :func:`popjit.kernels.gemm.gemm_packed_b` is."""
         r = render_computed_product(a.value, s.out.dtype, a.domain, a.outer, a.transposed)
         self.codelets[r.func] = r
-        args = [self.buf(s.out), self.buf(s.b), *map(self.buf, r.buffers), *map(self.int, r.ints),
-                *map(self.float, r.floats), *map(self.int, (s.batch, s.m, s.n, s.k)), str(bool(s.tb)),
-                self.int(a.outer_stride), self.int(s.b_batch_stride), self.float(s.alpha), self.float(s.beta)]
-        self.invoke(r.func, args, s.name, split=(panels(s.batch, s.m), grain(s.n, s.k)))
+        dtype = storage_dtype(s.out.dtype)
+        plan = packed_b_split(dtype.itemsize, s.batch, s.m, s.n, s.k, r.func)
+        packed = self.scratch_space(s.out.dtype, plan.space)
+        self.library[plan.packs] = "popjit.kernels.gemm"
+        self.invoke(plan.packs, [packed, self.buf(s.b), *map(self.int, (s.batch, s.n, s.k)), str(bool(s.tb)),
+                                 self.int(s.b_batch_stride)], s.name, split=(plan.pack_units, plan.pack_per_task))
+        args = [self.buf(s.out), packed, *map(self.buf, r.buffers), *map(self.int, r.ints),
+                *map(self.float, r.floats), *map(self.int, (s.batch, s.m, s.n, s.k)), self.int(a.outer_stride),
+                self.float(s.alpha), self.float(s.beta)]
+        self.invoke(r.func, args, s.name, split=(plan.units, plan.per_task))
 
     def visit_copy(self, s: Copy) -> None:
         self.library["copy"] = "popjit.kernels.copy"

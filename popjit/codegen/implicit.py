@@ -3,19 +3,19 @@
 A convolution is lowered as ``patches @ filters`` (:mod:`popjit.frontend.conv_ops`): a :class:`Kernel`
 writes the im2col matrix of every window into a buffer, and a :class:`MatMul` reads it; the filter's
 gradient reads the same buffer transposed. When that buffer is written by one element-wise kernel and
-read only by such products, the engine leaves it out: each product runs popjit's own gemm
-(:func:`popjit.kernels.gemm.gemm_computed`) with a packing routine that evaluates the kernel's
-expression for the panel of ``A`` it packs (:func:`popjit.codegen.render.render_computed_product`).
+read only by such products, the engine may leave it out: each product runs popjit's own gemm with a
+generated codelet (:data:`popjit.kernels.gemm.COMPUTED_GEMM`, :func:`render_computed_product`) that
+computes each block of ``A`` it multiplies from the kernel's expression into a small buffer.
 
 This happens in the engine only, after the schedule: the program, its virtual-IPU schedule, memory
 and cycle estimates are the same with it on or off. Each element of ``A`` is the same value the
 kernel would have stored, and the own gemm adds the same products in the same order whether ``A``
-is packed from memory or computed, so the results equal the own gemm's on the materialised buffer
+is read from memory or computed, so the results equal the own gemm's on the materialised buffer
 bit for bit (the system BLAS, ``POPJIT_MATMUL=blas``, rounds its sums its own way).
 
-On with ``POPJIT_IMPLICIT_GEMM=1`` (off by default: each computed product is a codelet Numba compiles
-in seconds, and on a 2-core Zen 3 it was not measurably faster than the own gemm on the stored
-patches, its packing being a scalar gather; docs/env_vars.md).
+``POPJIT_IMPLICIT_GEMM=rules`` (the default) does it where ``POPJIT_MATMUL`` gives every product reading
+the buffer to the own gemm, so a program's results do not change; ``1`` always, ``0`` never
+(docs/env_vars.md).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from popjit.ir.loop import (
     ivar,
     row_major_strides,
 )
+from popjit.kernels.gemm_choice import uses_own_gemm
 from popjit.loop.passes import scatters
 
 #: The dtypes popjit's own gemm multiplies.
@@ -79,8 +80,8 @@ def plan_implicit(program: Program, numerics: Numerics) -> ImplicitPlan:
     """The implicit products of ``program`` (none when ``POPJIT_IMPLICIT_GEMM`` is off, without Numba,
     or when the program traps or rounds specially: a trap check or rounding call reads the buffer)."""
     plan = ImplicitPlan({}, set())
-    if not config.get("IMPLICIT_GEMM") or config.get("DISABLE_NUMBA") or numerics.traps or numerics.sr \
-            or numerics.nanoo:
+    setting = config.get("IMPLICIT_GEMM")
+    if not setting or config.get("DISABLE_NUMBA") or numerics.traps or numerics.sr or numerics.nanoo:
         return plan
     readers: dict[int, list[Stmt]] = {}
     writers: dict[int, int] = {}
@@ -92,7 +93,8 @@ def plan_implicit(program: Program, numerics: Numerics) -> ImplicitPlan:
     for block in _blocks(program.body):
         for at, s in enumerate(block):
             if isinstance(s, Kernel) and _pure_map(s) and writers[s.stores[0].buf.uid] == 1:
-                operands = _computed_operands(s, block, at, readers.get(s.stores[0].buf.uid, []))
+                operands = _computed_operands(s, block, at, readers.get(s.stores[0].buf.uid, []),
+                                              by_rules=setting == "rules")
                 if operands:
                     plan.products.update(operands)
                     plan.skipped.add(id(s))
@@ -120,16 +122,20 @@ def _pure_map(k: Kernel) -> bool:
     return store.index == flat_index(names, row_major_strides(k.domain))
 
 
-def _computed_operands(k: Kernel, block: list[Stmt], at: int, readers: list[Stmt]) -> dict[int, ComputedOperand]:
+def _computed_operands(k: Kernel, block: list[Stmt], at: int, readers: list[Stmt],
+                       by_rules: bool) -> dict[int, ComputedOperand]:
     """The operands of the products that may compute ``k``'s buffer instead of reading it: all of its
     readers or none. Each reader must be a later product of the same block taking it as ``A`` only,
-    with nothing between ``k`` and it writing what ``k`` reads."""
+    with nothing between ``k`` and it writing what ``k`` reads; ``by_rules``: and one ``POPJIT_MATMUL``
+    gives to the own gemm (whose results computing ``A`` then leaves as they are)."""
     buf = k.stores[0].buf
     inputs = k.reads()
     found: dict[int, ComputedOperand] = {}
     for s in readers:
         where = next((j for j in range(at + 1, len(block)) if block[j] is s), None)
         if where is None or not isinstance(s, MatMul) or not _takes_as_a(s, buf, inputs):
+            return {}
+        if by_rules and not uses_own_gemm(s.out.dtype.np, s.batch, s.m, s.n, s.k, s.ta, s.tb):
             return {}
         if any(w.writes() & inputs for between in block[at + 1:where] for w in between.walk()):
             return {}
@@ -204,11 +210,12 @@ GEMM_MODULE = "from popjit.kernels import gemm as kg\n"
 def render_computed_product(value: Expr, dtype: DType, domain: tuple[int, ...], outer: int,
                             transposed: bool) -> Rendered:
     """The codelet of a product whose ``A`` is never stored (:data:`popjit.kernels.gemm.COMPUTED_GEMM`):
-    ``value`` (of the loop variables ``i0, i1…`` of ``domain``) is ``A``'s element whose row-major flat
-    index over the first ``outer`` axes is ``matrix * pob + row`` (``transposed``: ``+ column``) and over
-    the others its column (row). Packing a block runs over its rows and, inside, its columns: each row's
-    variables are found once (divisions), the columns' counted up as an odometer, and what depends only
-    on the row is computed once per row."""
+    ``value`` (of the loop variables ``i0, i1…`` of ``domain``) is the element of ``A``'s matrix ``pmat``
+    at row-major flat index ``o = pmat * pob + row`` over the first ``outer`` axes (``transposed``:
+    ``+ column``) and ``e`` over the others, its column (row). Each block is computed row ``o`` by row:
+    its variables found once (divisions), what depends on them alone computed once, then nested loops
+    over the other axes, cut to the block's range, the innermost one contiguous in the block (so a
+    convolution's channels are a vector loop)."""
     # why here: importing the kernels compiles or loads them from the cache directory, which importing
     # the engine must not do (a bad TF_POPLAR_FLAGS would fail at import)
     from popjit.kernels.gemm import COMPUTED_GEMM
@@ -216,21 +223,27 @@ def render_computed_product(value: Expr, dtype: DType, domain: tuple[int, ...], 
     params = _Params()
     hoisted: list[str] = []
     axes = list(zip((f"i{j}" for j in range(len(domain))), (params.int(d) for d in domain)))
-    rows, columns = (axes[outer:], axes[:outer]) if transposed else (axes[:outer], axes[outer:])
-    body = _Body(params, hoisted, {**{n: 1 for n, _ in rows}, **{n: 2 for n, _ in columns}})
+    rows, columns = axes[:outer], axes[outer:]
+    body = _Body(params, hoisted, {**{n: 1 for n, _ in rows}, **{n: 2 + j for j, (n, _) in enumerate(columns)}})
     v = body.expr(value)
-    by_level: list[list[str]] = [[], [], []]
+    by_level: list[list[str]] = [[] for _ in range(2 + len(columns))]
     for line, level in zip(body.lines, body.levels):
         by_level[level].append(line)
-    row_at, column_at = ("prow + q", "pcol + pmat * pob") if transposed else ("prow + q + pmat * pob", "pcol")
-    inner = [*by_level[2], f"{_at('pa', 'at + e * kg.MR')} = {compute_type(dtype)}({v})", *_odometer(columns)]
-    per_row = [*_digits(rows, row_at), *by_level[1], *_digits(columns, column_at),
-               "at = (q // kg.MR) * kg.MR * pcols + q % kg.MR", "for e in range(pcols):", *_indent(inner, 1)]
-    pack = [*hoisted, *by_level[0], "for q in range(prows):", *_indent(per_row, 1)]
+    store = f"{_at('q_blk', 'q_at')} = {compute_type(dtype)}({v})"
+    per_row = [*_digits(rows, "q_o"), *by_level[1], "q_at = (q_o - q_o0) * q_ld", *_cut_loops(columns, by_level, store)]
+    fill = [*hoisted, *by_level[0], *_digit_values(columns, "q_e0", "q_s"), *_digit_values(columns, "q_e1 - 1", "q_t"),
+            "for q_o in range(q_o0, q_o1):", *_indent(per_row, 1)]
+    if transposed:  # why: A's rows are the operand's inner index, its depth the outer one
+        block, rsa, csa = ["q_o0 = pmat * pob + p0", "q_o1 = q_o0 + kc", "q_e0, q_e1, q_ld = r0, r0 + rows, rows"], \
+            "np.int64(1)", "rows"
+    else:
+        block, rsa, csa = ["q_o0 = pmat * pob + r0", "q_o1 = q_o0 + rows", "q_e0, q_e1, q_ld = p0, p0 + kc, kc"], \
+            "kc", "np.int64(1)"
     operands = "".join(f"{a}, " for a in [*(f"b{i}" for i in range(len(params.buffers))),
                                           *(f"p{i}" for i in range(len(params.ints))),
                                           *(f"f{i}" for i in range(len(params.floats)))])
-    function = COMPUTED_GEMM.format(name="NAME", operands=operands, pack="\n".join(_indent(pack, 4)))
+    function = COMPUTED_GEMM.format(name="NAME", operands=operands, block="\n".join(_indent(block, 4)),
+                                    fill="\n".join(_indent(fill, 4)), rsa=rsa, csa=csa)
     text = f"# buffers: {', '.join(b.dtype.short for b in params.buffers)}\n{GEMM_MODULE}{SERIAL}{function}"
     name = "g_" + hashlib.sha256(text.encode()).hexdigest()[:20]
     return Rendered(text.replace("NAME", name), name, params.buffers, params.ints, params.floats)
@@ -239,20 +252,39 @@ def render_computed_product(value: Expr, dtype: DType, domain: tuple[int, ...], 
 def _digits(axes: list[tuple[str, str]], flat: str) -> list[str]:
     """Lines setting the loop variables of ``axes`` (name, size; outermost first) from their row-major
     flat index ``flat``."""
+    return _digit_values(axes, flat, "")
+
+
+def _digit_values(axes: list[tuple[str, str]], flat: str, prefix: str) -> list[str]:
+    """Lines setting the digits of the row-major flat index ``flat`` over ``axes`` (name, size): into the
+    axes' names, or with ``prefix`` into ``{prefix}0, {prefix}1…``."""
     if not axes:
         return []
+    names = [f"{prefix}{j}" if prefix else name for j, (name, _) in enumerate(axes)]
     lines = [f"ix = {flat}"]
-    for name, size in reversed(axes[1:]):
+    for name, (_, size) in zip(reversed(names[1:]), reversed(axes[1:])):
         lines += [f"{name} = ix % {size}", f"ix = ix // {size}"]
-    return [*lines, f"{axes[0][0]} = ix"]
+    return [*lines, f"{names[0]} = ix"]
 
 
-def _odometer(axes: list[tuple[str, str]]) -> list[str]:
-    """Lines advancing the loop variables of ``axes`` (outermost first) to the next flat index."""
+def _cut_loops(axes: list[tuple[str, str]], by_level: list[list[str]], store: str) -> list[str]:
+    """Nested loops over ``axes`` (name, size) running the flat indices ``[q_e0, q_e1)`` only (whose digits
+    are ``q_s*`` and ``q_t*``): each axis from its first digit while the axes outside it are at theirs,
+    to its last while they are at theirs. ``by_level[2 + j]``: the lines of axis ``j``'s loop; ``store``
+    writes the element at ``q_at``, which counts the innermost loop's iterations."""
     if not axes:
-        return []
-    (name, size), *outer = reversed(axes)
-    lines = [f"{name} += 1"]
-    if outer:
-        lines += [f"if {name} == {size}:", f"    {name} = 0", *_indent(_odometer(list(reversed(outer))), 1)]
+        return [store]
+    lines: list[str] = []
+    for j, (name, size) in enumerate(axes):
+        first = f"q_s{j}" if j == 0 else f"q_s{j} if q_f{j - 1} else 0"
+        last = f"q_t{j} + 1" if j == 0 else f"q_t{j} + 1 if q_l{j - 1} else {size}"
+        if j == len(axes) - 1:
+            inner = [*by_level[2 + j], store.replace("q_at", f"q_at + {name} - q_lo")]
+            lines += _indent([f"q_lo, q_hi = {first}, {last}", f"for {name} in range(q_lo, q_hi):",
+                              *_indent(inner, 1), "q_at += q_hi - q_lo"], j)
+            break
+        at_first = f"{name} == q_s{j}" if j == 0 else f"q_f{j - 1} and {name} == q_s{j}"
+        at_last = f"{name} == q_t{j}" if j == 0 else f"q_l{j - 1} and {name} == q_t{j}"
+        lines += _indent([f"for {name} in range({first}, {last}):",
+                          f"    q_f{j}, q_l{j} = {at_first}, {at_last}", *_indent(by_level[2 + j], 1)], j)
     return lines

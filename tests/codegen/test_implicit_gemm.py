@@ -18,6 +18,7 @@ import popjit.tensorflow as tf
 from popjit import config
 from popjit.codegen.implicit import split_domain
 from popjit.ir.loop import IVar, flat_index, ivar, row_major_strides
+from popjit.kernels.gemm_choice import own_gemm_wins
 from tests.ops.test_conv import GRADIENT_CASES, conv_by_loops, finite_difference
 
 
@@ -49,7 +50,7 @@ def convolutions(draw: Any) -> dict[str, Any]:
                 dtype=draw(st.sampled_from([np.float32, np.float64])))
 
 
-# why 8: each example compiles its implicit products with Numba (1.5-3 s each, the feature is opt-in); 15 took
+# why 8: each example compiles its implicit products with Numba (about 2 s each, once per expression); 15 took
 # 155 s of one CI worker on a 2-core Zen 3, the longest test of the suite
 @settings(max_examples=8, deadline=None)
 @given(convolutions())
@@ -147,6 +148,62 @@ def test__a_product_reading_patches_after_their_input_changed__reads_stored_patc
                 assert not exe.engine_source.unmaterialised
     for got, stored in zip(results[True], results[False]):
         np.testing.assert_array_equal(got, stored)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test__blocks_cut_inside_an_axis_of_the_patches__give_the_stored_patches_bits(threads):
+    """52 channels, 3x3: depth 468 is two slices of 234 (4.5 pixels of channels), and the filter's gradient,
+    468 rows of ``A``, is computed 96 rows at a time: blocks start and end inside the channel axis."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(2, 7, 6, 52)).astype(np.float32)
+    w = rng.normal(size=(3, 3, 52, 20)).astype(np.float32)
+    results = {}
+    for implicit in (True, False):
+        with config.context(IMPLICIT_GEMM=implicit, MATMUL="popjit", NUM_THREADS=threads):
+            results[implicit] = conv_and_gradients(x, w, 1, "SAME", 1)
+    for got, stored in zip(results[True], results[False]):
+        np.testing.assert_array_equal(got, stored)
+    expected = conv_by_loops(x.astype(np.float64), w.astype(np.float64), (1, 1), "SAME", (1, 1))
+    np.testing.assert_allclose(results[True][0], expected, rtol=1e-4, atol=1e-3)
+
+
+def _computed_products(fn: Any, *args: np.ndarray) -> int:
+    return sum(c.name.startswith("g_") for c in _executable(fn, *args).engine_source.callees)
+
+
+def _conv(x, w):
+    return tf.nn.relu(tf.nn.conv2d(x, w, 1, "VALID"))
+
+
+@pytest.mark.parametrize("matmul, computed", [("popjit", True), ("blas", False)])
+def test__by_default_patches_are_computed_where_the_own_gemm_runs_every_product_reading_them(matmul, computed):
+    x = np.ones((4, 9, 9, 8), np.float32)
+    w = np.ones((3, 3, 8, 16), np.float32)
+    assert config.get("IMPLICIT_GEMM") == "rules"
+    with config.context(MATMUL=matmul):
+        assert _computed_products(_conv_step, x, w) == (2 if computed else 0)
+        assert _computed_products(_conv, x, w) == (1 if computed else 0)
+
+
+def test__under_the_matmul_rules_patches_are_computed_only_if_the_rules_give_all_their_readers_the_own_gemm():
+    """The Keras CNN's second convolution: its forward product passes the rules (on an AVX-512 host), its
+    filter's gradient, 288 x 64 and 3872 deep, does not; so inference computes the patches and training,
+    whose filter gradient reads them too, stores them. On other hosts neither passes."""
+    x = np.ones((32, 13, 13, 32), np.float32)
+    w = np.ones((3, 3, 32, 64), np.float32)
+    forward = own_gemm_wins(1, 32 * 11 * 11, 64, 288)
+    gradient = own_gemm_wins(1, 288, 64, 32 * 11 * 11)
+    assert not gradient
+    with config.context(MATMUL="rules"):
+        assert _computed_products(_conv, x, w) == int(forward)
+        assert _computed_products(_conv_step, x, w) == 0
+
+
+@pytest.mark.parametrize("value, setting", [("rules", "rules"), ("", "rules"), ("1", True), ("on", True),
+                                            ("0", False), ("off", False)])
+def test__popjit_implicit_gemm_values(value, setting, monkeypatch):
+    monkeypatch.setenv("POPJIT_IMPLICIT_GEMM", value)
+    assert config.get("IMPLICIT_GEMM") == setting
 
 
 @settings(max_examples=200, deadline=None)
