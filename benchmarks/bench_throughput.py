@@ -1,4 +1,4 @@
-"""asv benchmarks (a), (b), (d) and (e): element-wise chain bandwidth, matmul FLOP rate, training steps/s
+"""asv benchmarks (a), (b), (d), (e) and (j): element-wise chain bandwidth, matmul FLOP rate, training steps/s
 and Keras fit samples/s, per framework.
 
 A framework that is not installed is skipped (its setup raises ``NotImplementedError``); one that
@@ -7,7 +7,7 @@ computes a wrong result fails in setup, so it is never reported as fast.
 
 from __future__ import annotations
 
-from benchmarks import keras_workloads, tf1_workloads, workloads
+from benchmarks import conv_workloads, keras_workloads, tf1_workloads, workloads
 from benchmarks.timing import best_of
 
 
@@ -62,6 +62,24 @@ class MatMul(_Throughput):
         return self._rate()
 
     track_matmul_flops.unit = "GFLOP/s"
+
+
+class Convolution(_Throughput):
+    """(j) a forward 3x3 convolution and ReLU, GFLOP/s (C1: a ResNet stage, C2: the Keras CNN's second)."""
+
+    params = [list(conv_workloads.CONV_IMPLS), list(conv_workloads.CONV_SIZES)]
+    param_names = ["framework", "shape"]
+
+    def setup(self, framework: str, shape: str) -> None:
+        self._prepare("conv", framework, **conv_workloads.CONV_SIZES[shape])
+
+    def time_conv(self, framework: str, shape: str) -> None:
+        self.case.call()
+
+    def track_conv_flops(self, framework: str, shape: str) -> float:
+        return self._rate()
+
+    track_conv_flops.unit = "GFLOP/s"
 
 
 class Training(_Throughput):

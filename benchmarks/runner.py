@@ -3,6 +3,7 @@
     python -m benchmarks                      # everything (several minutes)
     python -m benchmarks --only chain matmul  # skip the training loops and the fresh-process compile timings
     python -m benchmarks --only train         # the training loops (W1, W2) and W1's first-call compile time
+    python -m benchmarks --only conv          # forward 3x3 convolutions: C1 (a ResNet stage) and C2 (K1's second)
     python -m benchmarks --only keras         # Keras fit: K1 (CNN) and K2 (LSTM), and their first epochs
     python -m benchmarks --only busy          # W1 and K2 again, beside a busy process started after them
     python -m benchmarks --only tf1           # TF1 Sessions: feed_dict per step against infeed + loops.repeat
@@ -30,11 +31,11 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
-from benchmarks import keras_workloads, pipeline_workloads, replica_workloads, tf1_workloads, workloads
+from benchmarks import conv_workloads, keras_workloads, pipeline_workloads, replica_workloads, tf1_workloads, workloads
 from benchmarks.firstcall import COMPILERS, first_calls
 from benchmarks.timing import busy_process, interleaved_best, machine_summary
 
-SECTIONS = ("chain", "matmul", "train", "keras", "busy", "tf1", "compile", "replicas", "pipeline")
+SECTIONS = ("chain", "matmul", "conv", "train", "keras", "busy", "tf1", "compile", "replicas", "pipeline")
 BUSY = ", beside a busy process"  # the label suffix of the busy section's rows
 # issue 9's targets
 CHAIN_TARGET = 1.2  # popjit GB/s ≥ 1.2 x TF-XLA's
@@ -167,6 +168,8 @@ def measure(sections: Sequence[str], frameworks: Sequence[str], repeat: int, min
         problems.append(workloads.chain_problem())
     if "matmul" in sections:
         problems += [workloads.matmul_problem(*shape) for shape in workloads.MATMUL_SHAPES.values()]
+    if "conv" in sections:
+        problems += [workloads.problem("conv", **sizes) for sizes in conv_workloads.CONV_SIZES.values()]
     if "train" in sections:
         problems += [workloads.train_problem(**sizes) for sizes in workloads.TRAIN_SIZES.values()]
     if "keras" in sections:
@@ -272,7 +275,19 @@ def target_lines(rows: Sequence[Row]) -> list[str]:
     cold = _value(rows, f"compile: {chain}", "popjit", "s cold")
     lines.append(f"(c) chain cold compile: popjit {_fmt(cold)} s  (target < {COMPILE_TARGET_S:.1f} s)  "
                  f"{_verdict(None if cold is None else cold < COMPILE_TARGET_S)}")
-    return lines + train_target_lines(rows) + keras_target_lines(rows) + busy_target_lines(rows)
+    return lines + train_target_lines(rows) + keras_target_lines(rows) + busy_target_lines(rows) + \
+        conv_target_lines(rows)
+
+
+def conv_target_lines(rows: Sequence[Row]) -> list[str]:
+    """(j) the forward convolutions: popjit / TF-XLA GFLOP/s (no target of their own: the issue's CNN
+    target is K1's training, (e))."""
+    lines = []
+    for name, sizes in conv_workloads.CONV_SIZES.items():
+        label = workloads.problem_label("conv", **sizes)
+        if any(r.workload == label for r in rows):
+            lines.append(_rate_line(rows, f"(j) {name} {label}", label, "TF-XLA", "TF-XLA GFLOP/s", 1.0))
+    return lines
 
 
 def _versus_tf(rows: Sequence[Row], title: str, rate: str, target: float) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import keras_workloads, tf1_workloads
+from benchmarks import conv_workloads, keras_workloads, tf1_workloads
 from benchmarks.core import (  # noqa: F401  (re-exported: the tests and asv use workloads.X)
     BUILT_IN,
     FRAMEWORKS,
@@ -52,18 +52,21 @@ TRAIN_CLASSES = 10
 
 
 def problem(workload: str, **sizes: int) -> Problem:
-    """The :class:`Problem` for ``workload`` (``chain``, ``matmul`` or ``train``) at ``sizes``."""
+    """The :class:`Problem` for ``workload`` (``chain``, ``matmul``, ``conv``, ``train``, ``keras`` or ``tf1``) at
+    ``sizes``."""
     if workload == "chain":
         return chain_problem(**sizes)
     if workload == "matmul":
         return matmul_problem(**sizes)
     if workload == "train":
         return train_problem(**sizes)
+    if workload == "conv":
+        return conv_workloads.conv_problem(**sizes)
     if workload == "keras":
         return keras_workloads.keras_problem(**sizes)
     if workload == "tf1":
         return tf1_workloads.tf1_problem(**sizes)
-    raise ValueError(f"unknown workload {workload!r}; expected 'chain', 'matmul', 'train', 'keras' or 'tf1'")
+    raise ValueError(f"unknown workload {workload!r}; expected 'chain', 'matmul', 'conv', 'train', 'keras' or 'tf1'")
 
 
 def problem_label(workload: str, **sizes: int) -> str:
@@ -76,11 +79,13 @@ def problem_label(workload: str, **sizes: int) -> str:
         s = {**TRAIN_SIZES["W1"], "steps": TRAIN_STEPS, **sizes}
         layers = "-".join(map(str, (TRAIN_FEATURES, s["h1"], s["h2"], TRAIN_CLASSES)))
         return f"train {layers} b{s['batch']} x{s['steps']}"
+    if workload == "conv":
+        return conv_workloads.conv_label(**sizes)
     if workload == "keras":
         return keras_workloads.keras_label(**sizes)
     if workload == "tf1":
         return tf1_workloads.tf1_label(**sizes)
-    raise ValueError(f"unknown workload {workload!r}; expected 'chain', 'matmul', 'train', 'keras' or 'tf1'")
+    raise ValueError(f"unknown workload {workload!r}; expected 'chain', 'matmul', 'conv', 'train', 'keras' or 'tf1'")
 
 
 def frameworks_for(kind: str, frameworks: Iterable[str]) -> list[str]:
@@ -530,5 +535,5 @@ def _train_impl(framework: str) -> Callable[[Problem], tuple[Callable[[], Any], 
 
 
 TRAIN_IMPLS: dict[str, Callable[[Problem], tuple[Callable[[], Any], str]]] = {fw: _train_impl(fw) for fw in TRAINERS}
-IMPLS = {"chain": CHAIN_IMPLS, "matmul": MATMUL_IMPLS, "train": TRAIN_IMPLS, "keras": keras_workloads.KERAS_IMPLS,
-         "tf1": tf1_workloads.TF1_IMPLS}
+IMPLS = {"chain": CHAIN_IMPLS, "matmul": MATMUL_IMPLS, "conv": conv_workloads.CONV_IMPLS, "train": TRAIN_IMPLS,
+         "keras": keras_workloads.KERAS_IMPLS, "tf1": tf1_workloads.TF1_IMPLS}

@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from benchmarks import firstcall, keras_workloads, pipeline_workloads, runner, timing, workloads
+from benchmarks import conv_workloads, firstcall, keras_workloads, pipeline_workloads, runner, timing, workloads
 from popjit.kernels import blas
+from tests.ops.test_conv import conv_by_loops
 
 
 @pytest.mark.parametrize("n", [1, 7, 1000, 4097])
@@ -131,7 +132,7 @@ def test_training_label_and_rate_in_steps_per_second() -> None:
 
 def test_unknown_names_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown workload"):
-        workloads.problem("conv")
+        workloads.problem("deconv")
     with pytest.raises(ValueError, match="unknown framework"):
         workloads.instantiate(workloads.chain_problem(n=4, iters=1), "torch")
     with pytest.raises(ValueError, match="unknown framework 'popjit-infeed' for chain"):
@@ -284,6 +285,36 @@ def test_resized_sizes_double_the_batch_of_the_workloads_that_have_one() -> None
 
 
 KERAS_SMALL = {"batch": 8, "steps": 4}
+
+
+CONV_SMALL = {"batch": 2, "size": 7, "cin": 5, "cout": 6}
+
+
+def test_conv_reference_is_the_sum_over_each_window() -> None:
+    p = workloads.problem("conv", **CONV_SMALL)
+    x, w = p.inputs
+    direct = conv_by_loops(x.astype(np.float64), w.astype(np.float64), (1, 1), "SAME", (1, 1))
+    np.testing.assert_allclose(p.expected, np.maximum(direct, 0), rtol=1e-12, atol=1e-12)
+    assert p.work == 2 * 2 * 7 * 7 * 9 * 5 * 6 and p.unit == "GFLOP/s"
+    assert p.label == workloads.problem_label("conv", **CONV_SMALL) == "conv2d 3x3 [2,7,7,5]->6 f32 +relu"
+
+
+@pytest.mark.parametrize("sizes", [CONV_SMALL, conv_workloads.CONV_SIZES["C2"]], ids=["small", "C2"])
+def test_popjit_conv_matches_numpy(sizes: dict[str, int]) -> None:
+    workloads.build("conv", "popjit", **sizes).check()
+
+
+def test_conv_equals_stock_tensorflow(real_keras: Any) -> None:
+    p = workloads.problem("conv", **CONV_SMALL)
+    ours, theirs = (workloads.instantiate(p, fw).result() for fw in ("popjit", "tensorflow"))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_targets_are_ratios_to_tf() -> None:
+    label = workloads.problem_label("conv", **conv_workloads.CONV_SIZES["C1"])
+    rows = [runner.Row(label, "popjit", 150.0, "GFLOP/s"), runner.Row(label, "TF-XLA", 100.0, "GFLOP/s")]
+    (line,) = runner.conv_target_lines(rows)
+    assert line.startswith("(j) C1 conv2d 3x3 [8,56,56,64]->64") and "= 1.50" in line and "met" in line
 
 
 @pytest.fixture
