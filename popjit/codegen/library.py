@@ -56,6 +56,7 @@ from numba.core.runtime import rtsys
 from popjit import config
 from popjit.codegen.abi import pointer_entry
 from popjit.codegen.direct import Unsupported, emit_codelet
+from popjit.codegen.implicit import GEMM_MODULE
 from popjit.codegen.machine import ObjectCode, Part, PartCompiler
 from popjit.codegen.render import WIDEST_VECTORS
 from popjit.errors import InternalError
@@ -198,7 +199,8 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
     unit: LLVM sets up its pass and code-emission pipelines per module (8.7 ms for an empty one), and
     the Keras CNN's 43 units compiled one module each kept the LLVM threads busy 0.6 s longer (3.0-3.4 s
     against 2.4-2.7 s, five cold compiles each). The callees Numba's pipeline compiles (with run-time
-    constants of their own) join a part that is the program's alone. The engine is a part of its own,
+    constants of their own) join a part that is the program's alone, except an implicit product's codelet,
+    which is a unit. The engine is a part of its own,
     compiled first (while Numba's registries load and the codelets are written) and without
     optimisation: it only sequences calls, and LLVM's passes and optimised code emission took 0.9 s of
     CPU time for the Keras CNN's engine against 0.08 s without."""
@@ -319,13 +321,19 @@ class _PartWriter:
 
     def unit(self, key: str | None, part: _Part, name: str, fn: Any, types: tuple, source: str | None) -> bool:
         """Write ``fn`` for ``types`` into ``part`` as the unit ``key``: a codelet written as IR (of
-        ``source``) or a library kernel; False when it cannot be one (not a unit, or a codelet outside
-        what the IR writer handles)."""
+        ``source``), an implicit product's codelet compiled by Numba's pipeline, or a library kernel; False
+        when it cannot be one (not a unit, or another codelet outside what the IR writer handles)."""
         if key is None:
             return False
         symbol = _UNITS.symbol(key)
         if source is not None:
             written = self.direct is not None and self.direct.emit(part.library, part.texts, fn, types, source, symbol)
+            if not written and GEMM_MODULE in source:
+                # why a unit: an implicit product's codelet (codegen/implicit.py) takes Numba 2-3 s, and as a
+                # program's own it was compiled again by every program with that convolution (a Keras model's
+                # training and prediction); it raises nothing and holds no Python object: no environment
+                _compile_into(part, name, fn, types, symbol)
+                written = True
         else:
             written = bool(_link_kernel(part.library, fn, types, symbol))
         if written:
@@ -334,13 +342,8 @@ class _PartWriter:
 
     def own(self, part: _Part, name: str, fn: Any, types: tuple, source: str | None) -> None:
         """Compile ``fn`` for ``types`` by Numba's pipeline into ``part``, the program's own."""
-        typing, target = cpu_target.typing_context, cpu_target.target_context
-        compiled = compiler.compile_extra(typing, target, fn.py_func, types, None, _flags(fn), fn._compiler.locals,
-                                          library=part.library)
-        _check_returns_int64(name, compiled)
         symbol = f"popjit.callee.{self.program}.{len(self.symbols)}"  # why the program: symbols are process-wide
-        _add_pointer_entry(part.library, symbol, compiled.fndesc.llvm_cfunc_wrapper_name, types)
-        self.environments.append(compiled.environment)
+        self.environments.append(_compile_into(part, name, fn, types, symbol).environment)
         self._wrote(fn, types, symbol)
 
     def _wrote(self, fn: Any, types: tuple, symbol: str) -> None:
@@ -478,6 +481,17 @@ def _check_returns_int64(name: str, compiled: Any) -> None:
 
 #: The package of popjit's kernel library (matmuls, copies…), compiled once per machine.
 KERNELS = "popjit.kernels."
+
+
+def _compile_into(part: _Part, name: str, fn: Any, types: tuple, symbol: str) -> Any:
+    """Compile ``fn`` for ``types`` by Numba's pipeline into ``part``'s library (its machine code made with
+    the part's), behind the engine's entry point ``symbol``; Numba's result."""
+    typing, target = cpu_target.typing_context, cpu_target.target_context
+    compiled = compiler.compile_extra(typing, target, fn.py_func, types, None, _flags(fn), fn._compiler.locals,
+                                      library=part.library)
+    _check_returns_int64(name, compiled)
+    _add_pointer_entry(part.library, symbol, compiled.fndesc.llvm_cfunc_wrapper_name, types)
+    return compiled
 
 
 def _link_kernel(library: Any, fn: Any, types: tuple, symbol: str) -> str:

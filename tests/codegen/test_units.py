@@ -169,3 +169,36 @@ def test__library_kernels__are_the_machines_kernel_library_which_a_new_program_l
     for program_files in ("units", "programs", "executables"):
         shutil.rmtree(generation / program_files)
     assert counts() == (len(codelets), len(kernels))
+
+
+IMPLICIT_CONV = textwrap.dedent("""
+    import numpy as np
+    import popjit.tensorflow as tf
+
+    f = tf.function(lambda x, w: tf.nn.conv2d(x, w, 1, "VALID") * SCALE, jit_compile=True)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((4, 9, 9, 8)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 8, 16)).astype(np.float32)
+    windows = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), (3, 3), axis=(1, 2))
+    expected = np.tensordot(windows, w, axes=([3, 4, 5], [2, 0, 1])) * SCALE
+    np.testing.assert_allclose(f(x, w).numpy(), expected, rtol=1e-4, atol=1e-4)
+    print("ok")
+""")
+
+
+@pytest.mark.slow
+def test__an_implicit_products_codelet_is_a_unit_which_another_program_loads(tmp_path):
+    """The codelet of a product computing a convolution's patches is compiled by Numba's pipeline (2-3 s),
+    into a unit: a different program with the same convolution (in a later process) loads it, compiling
+    only its own new codelets. (As the program's own, it was compiled again for every program.)"""
+    cache, env = tmp_path / "cache", {"POPJIT_MATMUL": "popjit", "POPJIT_LOG": "info"}
+    counts = []
+    for scale in ("1.0", "0.5"):
+        out = run_program(IMPLICIT_CONV.replace("SCALE", scale), cache, check=False, **env)
+        assert out.returncode == 0 and out.stdout.split() == ["ok"], (scale, out.stderr[-2000:])
+        assert "through Numba" not in out.stderr, "kept as a unit, not the program's own"
+        counts.append([(int(m[1]), int(m[2])) for m in CODELETS.finditer(out.stderr)])
+    (generation,) = cache.glob("gen-*")
+    assert len([p for p in (generation / "popjit_gen").glob("g_*.py") if "kg.gemm_block" in p.read_text()]) == 1
+    (first,), (second,) = counts
+    assert first[0] >= 2 and second[1] >= 2 and second[0] < first[0], counts
