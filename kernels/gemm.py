@@ -570,7 +570,8 @@ def gemm_packed_b(out, a, pb, batch, m, n, k, ta, a_bs, alpha, beta, lo, hi):
 #: The codelet of a product whose ``A`` is computed, never stored (the engine's implicit products,
 #: :mod:`popjit.codegen.implicit`, such as a convolution's, whose patches are never stored): the ``MR``-row
 #: panels ``[lo, hi)`` of ``C``, ``B`` packed in ``pb`` already (:func:`pack_b_panels`). Each block of at most
-#: ``MC`` rows and one slice of the depth of ``A`` is computed into a small buffer (``{fill}``: lines writing
+#: ``MC`` rows and one slice of the depth of ``A`` (from ``q_d0``; the template's own names start ``q_``, apart
+#: from the rendered code's ``p0, p1…``) is computed into a small buffer (``{fill}``: lines writing
 #: element ``(o, e)`` of the operand's matrix, ``o`` in ``[q_o0, q_o1)`` of its outer flat index and ``e`` in
 #: ``[q_e0, q_e1)`` of its inner one, at ``q_blk[(o - q_o0) * q_ld + e - q_e0]``; ``{block}``: lines setting
 #: those bounds, and ``{rsa}``/``{csa}`` the block's strides as ``A``) and multiplied by :func:`gemm_block`:
@@ -589,12 +590,12 @@ def {name}(c, pb, {operands}batch, m, n, k, pob, alpha, beta, lo, hi):
         first, last = kg.panel_span(pmat, panels, lo, hi, kg.MR, m)
         for r0 in range(first, last, kg.MC):
             rows = min(kg.MC, last - r0)
-            for p0 in range(0, k, step):
-                kc = min(step, k - p0)
+            for q_d0 in range(0, k, step):
+                kc = min(step, k - q_d0)
 {block}
 {fill}
                 kg.gemm_block(c, pmat * m * n + r0 * n, n, q_blk, np.int64(0), {rsa}, {csa}, pb, np.int64(0),
-                              np.int64(0), np.int64(0), rows, n, kc, alpha, beta if p0 == 0 else 1.0, pa, pb,
-                              np.int64(-1), pmat * b_matrix + p0 * kg.padded(n, nr))
+                              np.int64(0), np.int64(0), rows, n, kc, alpha, beta if q_d0 == 0 else 1.0, pa, pb,
+                              np.int64(-1), pmat * b_matrix + q_d0 * kg.padded(n, nr))
     return 0
 """

@@ -234,10 +234,10 @@ def render_computed_product(value: Expr, dtype: DType, domain: tuple[int, ...], 
     fill = [*hoisted, *by_level[0], *_digit_values(columns, "q_e0", "q_s"), *_digit_values(columns, "q_e1 - 1", "q_t"),
             "for q_o in range(q_o0, q_o1):", *_indent(per_row, 1)]
     if transposed:  # why: A's rows are the operand's inner index, its depth the outer one
-        block, rsa, csa = ["q_o0 = pmat * pob + p0", "q_o1 = q_o0 + kc", "q_e0, q_e1, q_ld = r0, r0 + rows, rows"], \
+        block, rsa, csa = ["q_o0 = pmat * pob + q_d0", "q_o1 = q_o0 + kc", "q_e0, q_e1, q_ld = r0, r0 + rows, rows"], \
             "np.int64(1)", "rows"
     else:
-        block, rsa, csa = ["q_o0 = pmat * pob + r0", "q_o1 = q_o0 + rows", "q_e0, q_e1, q_ld = p0, p0 + kc, kc"], \
+        block, rsa, csa = ["q_o0 = pmat * pob + r0", "q_o1 = q_o0 + rows", "q_e0, q_e1, q_ld = q_d0, q_d0 + kc, kc"], \
             "kc", "np.int64(1)"
     operands = "".join(f"{a}, " for a in [*(f"b{i}" for i in range(len(params.buffers))),
                                           *(f"p{i}" for i in range(len(params.ints))),
