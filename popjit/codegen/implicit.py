@@ -233,12 +233,7 @@ def render_computed_product(value: Expr, dtype: DType, domain: tuple[int, ...], 
     per_row = [*_digits(rows, "q_o"), *by_level[1], "q_at = (q_o - q_o0) * q_ld", *_cut_loops(columns, by_level, store)]
     fill = [*hoisted, *by_level[0], *_digit_values(columns, "q_e0", "q_s"), *_digit_values(columns, "q_e1 - 1", "q_t"),
             "for q_o in range(q_o0, q_o1):", *_indent(per_row, 1)]
-    if transposed:  # why: A's rows are the operand's inner index, its depth the outer one
-        block, rsa, csa = ["q_o0 = pmat * pob + q_d0", "q_o1 = q_o0 + kc", "q_e0, q_e1, q_ld = r0, r0 + rows, rows"], \
-            "np.int64(1)", "rows"
-    else:
-        block, rsa, csa = ["q_o0 = pmat * pob + r0", "q_o1 = q_o0 + rows", "q_e0, q_e1, q_ld = q_d0, q_d0 + kc, kc"], \
-            "kc", "np.int64(1)"
+    block, rsa, csa = _block_bounds(transposed)
     operands = "".join(f"{a}, " for a in [*(f"b{i}" for i in range(len(params.buffers))),
                                           *(f"p{i}" for i in range(len(params.ints))),
                                           *(f"f{i}" for i in range(len(params.floats)))])
@@ -247,6 +242,18 @@ def render_computed_product(value: Expr, dtype: DType, domain: tuple[int, ...], 
     text = f"# buffers: {', '.join(b.dtype.short for b in params.buffers)}\n{GEMM_MODULE}{SERIAL}{function}"
     name = "g_" + hashlib.sha256(text.encode()).hexdigest()[:20]
     return Rendered(text.replace("NAME", name), name, params.buffers, params.ints, params.floats)
+
+
+def _block_bounds(transposed: bool) -> tuple[list[str], str, str]:
+    """The lines setting the block's range of the operand (``q_o0…q_o1`` of its outer index, ``q_e0…q_e1``
+    of its inner one, ``q_ld`` apart in the block) for rows ``r0…r0 + rows`` and depth ``q_d0…q_d0 + kc`` of
+    ``A``, and the block's row and column strides as ``A``. why two ways: transposed, ``A``'s rows are the
+    operand's inner index and its depth the outer one."""
+    if transposed:
+        return ["q_o0 = pmat * pob + q_d0", "q_o1 = q_o0 + kc", "q_e0, q_e1, q_ld = r0, r0 + rows, rows"], \
+            "np.int64(1)", "rows"
+    return ["q_o0 = pmat * pob + r0", "q_o1 = q_o0 + rows", "q_e0, q_e1, q_ld = q_d0, q_d0 + kc, kc"], \
+        "kc", "np.int64(1)"
 
 
 def _digits(axes: list[tuple[str, str]], flat: str) -> list[str]:
