@@ -585,7 +585,7 @@ def {name}(c, pb, {operands}batch, m, n, k, pob, alpha, beta, lo, hi):
     pa = kg.aligned_space(kg.MC * kg.KC_MAX, c)
     panels = (m + kg.MR - 1) // kg.MR
     step = kg.slice_depth(k)
-    b_matrix = kg.padded(n, nr) * k
+    b_width = kg.padded(n, nr)
     for pmat in range(lo // panels, (hi - 1) // panels + 1 if hi > lo else 0):
         first, last = kg.panel_span(pmat, panels, lo, hi, kg.MR, m)
         for r0 in range(first, last, kg.MC):
@@ -596,6 +596,6 @@ def {name}(c, pb, {operands}batch, m, n, k, pob, alpha, beta, lo, hi):
 {fill}
                 kg.gemm_block(c, pmat * m * n + r0 * n, n, q_blk, np.int64(0), {rsa}, {csa}, pb, np.int64(0),
                               np.int64(0), np.int64(0), rows, n, kc, alpha, beta if q_d0 == 0 else 1.0, pa, pb,
-                              np.int64(-1), pmat * b_matrix + q_d0 * kg.padded(n, nr))
+                              np.int64(-1), (pmat * k + q_d0) * b_width)
     return 0
 """

@@ -184,12 +184,20 @@ def own_calls(plan: OwnSplit, product: list[Any], space: Any) -> list[tuple[str,
     the engine's text of them; ``space``: the scratch the packing writes."""
     out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta = product
     run = (plan.units, plan.per_task)
-    packing = (plan.pack_units, plan.pack_per_task)
     if plan.packs == "pack_a_panels":
-        return [(plan.packs, [space, a, batch, m, k, ta, a_bs], packing),
+        return [packing_call(plan, space, a, batch, m, k, ta, a_bs),
                 (plan.codelet, [out, space, b, batch, m, n, k, tb, b_bs, alpha, beta], run)]
-    return [(plan.packs, [space, b, batch, n, k, tb, b_bs], packing),
+    return [packing_call(plan, space, b, batch, n, k, tb, b_bs),
             (plan.codelet, [out, a, space, batch, m, n, k, ta, a_bs, alpha, beta], run)]
+
+
+def packing_call(plan: OwnSplit, space: Any, operand: Any, batch: Any, lines: Any, k: Any, transposed: Any,
+                 batch_stride: Any) -> tuple[str, list[Any], tuple[int, int]]:
+    """The call packing the operand every task of ``plan`` reads (``A``'s ``lines`` rows or ``B``'s columns,
+    each ``k`` deep) into ``space``: ``plan.packs``, its arguments before its range of panels, and its
+    (units, units per task)."""
+    return plan.packs, [space, operand, batch, lines, k, transposed, batch_stride], (plan.pack_units,
+                                                                                   plan.pack_per_task)
 
 
 def uses_own_gemm(dtype: np.dtype, batch: int, m: int, n: int, k: int, ta: bool, tb: bool) -> bool:

@@ -41,7 +41,7 @@ from popjit.codegen.numerics import DEFAULT, TRAPPED, Numerics
 from popjit.codegen.render import Rendered, render_kernel
 from popjit.dtypes import DType
 from popjit.ir.loop import Buffer, Collective, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, StmtVisitor, While
-from popjit.kernels.gemm_choice import own_calls, own_split, packed_b_split, uses_own_gemm
+from popjit.kernels.gemm_choice import own_calls, own_split, packed_b_split, packing_call, uses_own_gemm
 from popjit.kernels.threads import threads_to_use
 from popjit.loop.interchange import chunk_rows, interchangeable
 from popjit.loop.passes import scatters
@@ -296,9 +296,8 @@ class _Emitter(StmtVisitor):
         elif uses_own_gemm(storage_dtype(s.out.dtype), s.batch, s.m, s.n, s.k, s.ta, s.tb):
             plan = own_split(storage_dtype(s.out.dtype).itemsize, s.batch, s.m, s.n, s.k)
             *packing, (fn, args, split) = own_calls(plan, args, self.scratch_space(s.out.dtype, plan.space))
-            for packs, pack_args, pack_split in packing:
-                self.library[packs] = "popjit.kernels.gemm"
-                self.invoke(packs, pack_args, s.name, split=pack_split)
+            for call in packing:
+                self.invoke_gemm_kernel(call, s.name)
             module = "popjit.kernels.gemm"
         elif fn in ("matmul_f32", "matmul_f64") and (parts := _blas_split(s.batch, s.m, s.n, s.k)) is not None:
             # why split over popjit's threads: no spinning BLAS threads. why planned: a BLAS call's
@@ -324,13 +323,18 @@ class _Emitter(StmtVisitor):
         dtype = storage_dtype(s.out.dtype)
         plan = packed_b_split(dtype.itemsize, s.batch, s.m, s.n, s.k, r.func)
         packed = self.scratch_space(s.out.dtype, plan.space)
-        self.library[plan.packs] = "popjit.kernels.gemm"
-        self.invoke(plan.packs, [packed, self.buf(s.b), *map(self.int, (s.batch, s.n, s.k)), str(bool(s.tb)),
-                                 self.int(s.b_batch_stride)], s.name, split=(plan.pack_units, plan.pack_per_task))
+        self.invoke_gemm_kernel(packing_call(plan, packed, self.buf(s.b), *map(self.int, (s.batch, s.n, s.k)),
+                                             str(bool(s.tb)), self.int(s.b_batch_stride)), s.name)
         args = [self.buf(s.out), packed, *map(self.buf, r.buffers), *map(self.int, r.ints),
                 *map(self.float, r.floats), *map(self.int, (s.batch, s.m, s.n, s.k)), self.int(a.outer_stride),
                 self.float(s.alpha), self.float(s.beta)]
         self.invoke(r.func, args, s.name, split=(plan.units, plan.per_task))
+
+    def invoke_gemm_kernel(self, call: tuple[str, list[str], tuple[int, int]], comment: str) -> None:
+        """Call one of :mod:`popjit.kernels.gemm`'s kernels: (its name, its arguments, its split)."""
+        fn, args, split = call
+        self.library[fn] = "popjit.kernels.gemm"
+        self.invoke(fn, args, comment, split=split)
 
     def visit_copy(self, s: Copy) -> None:
         self.library["copy"] = "popjit.kernels.copy"
