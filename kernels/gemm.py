@@ -7,7 +7,8 @@
   6x8 with NEON) and adds one rank-1 update per step of ``k``: a vector load of ``B`` per vector,
   six broadcasts of ``A``, a fused multiply-add per accumulator. It is written with llvmlite
   (Numba's typed code cannot name vector registers) and reaches Numba code as an intrinsic;
-- the driver (:func:`gemm_block`, Numba) cuts ``k`` into equal slices of at most ``KC_MAX`` and
+- the driver (:func:`gemm_block`, Numba; compiled once per machine behind an entry point, which the
+  functions below call, :func:`call_gemm_block`) cuts ``k`` into equal slices of at most ``KC_MAX`` and
   rows into ``MC`` blocks, packs ``A`` and ``B`` into contiguous micro-panels (zero-padded at the
   edges, 64-byte aligned) and leaves operands unpacked where packing would cost more than it saves
   (few rows: ``B`` is read in place; a narrow ``C``: ``A`` is). With ``B`` packed, each ``MR``-row
@@ -30,10 +31,13 @@ import contextlib
 import numpy as np
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
+from popjit import config
+
 from .gemm_choice import MR, lanes, panel_vectors, panel_width
-from .jit import codelet
+from .jit import codelet, entry_called
 
 #: Rows per packed block of A (in L2).
 MC = 96
@@ -448,6 +452,61 @@ def gemm_block(c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alph
                 src, src_at, panel, rs, cs = a, at, MR * rsa, rsa, csa
             _row_block(c, c_at + i0 * ldc, ldc, src, src_at, panel, rs, cs, b, b_at + p0 * rsb, rsb, csb, pack_b, pb,
                        b_slice, mc, n, kc, alpha, scale_c)
+    return 0
+
+
+#: The symbol of :func:`gemm_block`'s entry point for an element type (``…float32``), through which the
+#: drivers below and a computed product's codelet call it (:func:`call_gemm_block`).
+GEMM_BLOCK_ENTRY = "popjit.kernel.gemm_block."
+#: Where :func:`gemm_block`'s parameters are arrays (the others are int64, bar ``alpha`` and ``beta``).
+_BLOCK_ARRAYS, _BLOCK_FLOATS = (0, 3, 7, 16, 17), (14, 15)
+
+
+def gemm_block_entry(dtype: types.Type) -> tuple[str, tuple]:
+    """The entry point of :func:`gemm_block` for elements of ``dtype``: its symbol and the types it is
+    compiled for (1-D C-contiguous arrays, int64 and float64), as :func:`call_gemm_block` calls it."""
+    array = types.Array(dtype, 1, "C")
+    kinds = [array if i in _BLOCK_ARRAYS else types.float64 if i in _BLOCK_FLOATS else types.int64
+             for i in range(20)]
+    return f"{GEMM_BLOCK_ENTRY}{dtype}", tuple(kinds)
+
+
+@intrinsic
+def _call_gemm_block_entry(typingctx, c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alpha, beta, pa,
+                           pb, pa_at, pb_at):
+    """:func:`gemm_block` called through its entry point in the kernel library (the engine's calling
+    convention: arrays by pointer), declared here, not linked in (the code library loads the entry point
+    before the code calling it, :func:`~.jit.entry_called`)."""
+    given = (c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alpha, beta, pa, pb, pa_at, pb_at)
+    if any(not isinstance(given[i], types.Array) or given[i].ndim != 1 or given[i].dtype != c.dtype
+           for i in _BLOCK_ARRAYS):
+        return None
+    symbol, expected = gemm_block_entry(c.dtype)
+
+    def codegen(context, builder, sig, args):
+        entry_called(symbol)
+        passed, parameters = [], []
+        for value, had, wanted in zip(args, sig.args, expected):
+            if isinstance(wanted, types.Array):  # why by pointer: the engine's convention (popjit.codegen.abi)
+                parameters.append(context.get_value_type(wanted).as_pointer())
+                # why as it is: every 1-D array's structure is alike, whatever its layout
+                passed.append(builder.bitcast(cgutils.alloca_once_value(builder, value), parameters[-1]))
+            else:
+                parameters.append(context.get_value_type(wanted))
+                passed.append(context.cast(builder, value, had, wanted))
+        entry = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, parameters), symbol)
+        return builder.call(entry, passed)
+
+    return types.int64(*given), codegen
+
+
+#: :func:`gemm_block` as the drivers and computed products call it: through its entry point, compiled once
+#: per machine. why: each function that called it compiled a copy into its own machine code, 1.3 s of LLVM
+#: time each (the two packed drivers, every convolution a machine first met) besides Numba's 2-4 s.
+#: A function calling it is not kept in Numba's cache (``cache=False``; a call from Python compiles it once
+#: per process, and the engine links it from the kernel library): Numba's cache would load its machine
+#: code without loading the entry point first.
+call_gemm_block = gemm_block if config.get("DISABLE_NUMBA") else _call_gemm_block_entry
 
 
 @codelet(inline="always")
@@ -479,8 +538,8 @@ def _row_panels(out, a, b, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi, pb,
     for i in range(lo // panels, (hi - 1) // panels + 1 if hi > lo else 0):
         first, last = panel_span(i, panels, lo, hi, MR, m)
         b_at = np.int64(i * padded(n, nr) * k if b_packed else -1)  # why int64: see operand_strides
-        gemm_block(out, i * m * n + first * n, n, a, i * a_bs + first * rsa, rsa, csa, b, i * b_bs, rsb, csb,
-                   last - first, n, k, alpha, beta, pa, pb, np.int64(-1), b_at)
+        call_gemm_block(out, i * m * n + first * n, n, a, i * a_bs + first * rsa, rsa, csa, b, i * b_bs, rsb, csb,
+                        last - first, n, k, alpha, beta, pa, pb, np.int64(-1), b_at)
 
 
 @codelet(inline="always")
@@ -495,11 +554,11 @@ def _column_panels(out, a, b, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi, 
     for i in range(lo // column_panels, (hi - 1) // column_panels + 1 if hi > lo else 0):
         first, last = panel_span(i, column_panels, lo, hi, nr, n)
         a_at = np.int64(i * padded(m, MR) * k if a_packed else -1)  # why int64: see operand_strides
-        gemm_block(out, i * m * n + first, n, a, i * a_bs, rsa, csa, b, i * b_bs + first * csb, rsb, csb,
-                   m, last - first, k, alpha, beta, pa, pb, a_at, np.int64(-1))
+        call_gemm_block(out, i * m * n + first, n, a, i * a_bs, rsa, csa, b, i * b_bs + first * csb, rsb, csb,
+                        m, last - first, k, alpha, beta, pa, pb, a_at, np.int64(-1))
 
 
-@codelet
+@codelet(cache=False)  # why: it calls gemm_block's entry point (call_gemm_block)
 def gemm(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi):
     """Batched ``out[i] = alpha * op(a[i]) @ op(b[i]) + beta * out[i]`` (the signature of
     :func:`popjit.kernels.matmul.matmul_f32`) for the ``MR``-row panels ``[lo, hi)`` of the
@@ -510,7 +569,7 @@ def gemm(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi):
     return 0
 
 
-@codelet
+@codelet(cache=False)  # why: it calls gemm_block's entry point (call_gemm_block)
 def gemm_columns(out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta, lo, hi):
     """:func:`gemm` for the ``NR``-column panels ``[lo, hi)`` of the ``batch * ceil(n / NR)`` there are
     (each element's sum is the same whichever way a product is cut)."""
@@ -552,7 +611,7 @@ def pack_b_panels(pb, b, batch, n, k, tb, b_bs, lo, hi):
     return 0
 
 
-@codelet
+@codelet(cache=False)  # why: it calls gemm_block's entry point (call_gemm_block)
 def gemm_columns_packed_a(out, pa, b, batch, m, n, k, tb, b_bs, alpha, beta, lo, hi):
     """:func:`gemm_columns` with every ``A`` packed already in ``pa`` (:func:`pack_a_panels`): the tasks
     of a split product share one packing of the operand they all read."""
@@ -560,7 +619,7 @@ def gemm_columns_packed_a(out, pa, b, batch, m, n, k, tb, b_bs, alpha, beta, lo,
     return 0
 
 
-@codelet
+@codelet(cache=False)  # why: it calls gemm_block's entry point (call_gemm_block)
 def gemm_packed_b(out, a, pb, batch, m, n, k, ta, a_bs, alpha, beta, lo, hi):
     """:func:`gemm` with every ``B`` packed already in ``pb`` (:func:`pack_b_panels`)."""
     _row_panels(out, a, pb, m, n, k, ta, False, a_bs, 0, alpha, beta, lo, hi, pb, True)
@@ -594,8 +653,8 @@ def {name}(c, pb, {operands}batch, m, n, k, pob, alpha, beta, lo, hi):
                 kc = min(step, k - q_d0)
 {block}
 {fill}
-                kg.gemm_block(c, pmat * m * n + r0 * n, n, q_blk, np.int64(0), {rsa}, {csa}, pb, np.int64(0),
-                              np.int64(0), np.int64(0), rows, n, kc, alpha, beta if q_d0 == 0 else 1.0, pa, pb,
-                              np.int64(-1), (pmat * k + q_d0) * b_width)
+                kg.call_gemm_block(c, pmat * m * n + r0 * n, n, q_blk, np.int64(0), {rsa}, {csa}, pb, np.int64(0),
+                                   np.int64(0), np.int64(0), rows, n, kc, alpha, beta if q_d0 == 0 else 1.0, pa, pb,
+                                   np.int64(-1), (pmat * k + q_d0) * b_width)
     return 0
 """

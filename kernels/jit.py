@@ -584,3 +584,15 @@ def codelet(fn: Callable | None = None, **extra: Any) -> Any:
         return dispatcher
 
     return wrap(fn) if fn is not None else wrap
+
+
+
+def entry_called(symbol: str) -> None:
+    """Told, as code calling the kernel entry point ``symbol`` is lowered, to have it loaded before that
+    code is (the JIT resolves the call as it loads the caller): by the code library, which keeps entry
+    points in the kernel library (:mod:`popjit.codegen.library`)."""
+    # why here, a layer up: a kernel's Python callers (the tests, POPJIT_MATMUL=auto's measurements) compile
+    # it without an engine, and only the code library builds and keeps machine code per machine
+    from popjit.codegen.library import load_entry
+
+    load_entry(symbol)

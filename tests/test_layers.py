@@ -53,6 +53,8 @@ UPWARD = {
     ("popjit", "popjit.frontend.function"): "the root package's short form `popjit.tf_function`, loaded on first use",
     ("popjit.popdist", "popjit.ipu.config"): "popdist.getDeviceId answers with the virtual device ids of the ipu "
                                              "package, loaded on first use",
+    ("popjit.kernels.jit", "popjit.codegen.library"): "a kernel calling another's entry point has the code "
+                                                     "library load it, loaded on first use",
 }
 
 

@@ -13,6 +13,10 @@ units (:func:`_build`); a group is loaded into Numba's JIT once per process with
 kept as ``units/<group>.group`` in the cache generation directory, each of its units as
 ``units/<key>.unit`` naming it (:class:`_Units`). A library kernel is a group of its own, kept in
 ``kernels/`` instead: the machine's kernel library, which every later program links without compiling.
+Code that calls a kernel function by its *entry point* (the own gemm's drivers and a computed
+product's codelet call ``gemm_block`` so, :func:`load_entry`) declares it without a copy of its own:
+the entry point is a group of its own in ``kernels/`` too, compiled with the first build that calls it
+and loaded before any code calling it (the JIT resolves a call as it loads the caller).
 
 The parts are compiled in parallel (:mod:`popjit.codegen.machine` optimises them and emits their
 object code on threads) while the next one is written. The engine's LLVM module is a part of its own,
@@ -34,16 +38,18 @@ once, deleted and built again, as every cache file is.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
+import llvmlite.binding as llvm
 import numba
 from llvmlite import ir
 from numba.core import cgutils, compiler
@@ -60,7 +66,15 @@ from popjit.codegen.implicit import GEMM_MODULE
 from popjit.codegen.machine import ObjectCode, Part, PartCompiler
 from popjit.codegen.render import WIDEST_VECTORS
 from popjit.errors import InternalError
-from popjit.kernels.jit import discard_entry, fingerprint, generation_dir, keep_entry, read_entry, usable_dir, warn_once
+from popjit.kernels.jit import (
+    discard_entry,
+    fingerprint,
+    generation_dir,
+    keep_entry,
+    read_entry,
+    usable_dir,
+    warn_once,
+)
 from popjit.kernels.threads import threads_to_use
 
 _log = logging.getLogger("popjit")
@@ -219,6 +233,7 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
         PARTS_PER_THREAD * threads if threads > 1 else 1)
     debug = config.get("DEBUG") >= 7
     linked = _LinkedModules()
+    entries = _EntryPoints()
     writer = _PartWriter(key, len(to_write), direct, progress)
     written: list[tuple[_Part, tuple[str, ...]]] = []  # each part built, and the units in it (none: the program's)
     compiled: list[Future[ObjectCode]] = []
@@ -233,24 +248,28 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
         if to_write:
             load_numba_registries()
         own = _Part(_new_library("own"))
-        for members in groups:
-            part, units = _Part(_new_library(f"units.{len(written)}")), []
-            for i in members:
-                if writer.unit(unit_keys[i], part, *distinct[i], sources[i]):
-                    units.append(unit_keys[i])
-                else:
-                    writer.own(own, *distinct[i], sources[i])
-            if units:
-                submit(part, tuple(units))
+        with entries.noting():
+            for members in groups:
+                part, units = _Part(_new_library(f"units.{len(written)}")), []
+                for i in members:
+                    if writer.unit(unit_keys[i], part, *distinct[i], sources[i]):
+                        units.append(unit_keys[i])
+                    else:
+                        writer.own(own, *distinct[i], sources[i])
+                    for entry in entries.new():  # why at once: compiled beside the parts written next
+                        submit(*entry)
+                if units:
+                    submit(part, tuple(units))
         if writer.environments:  # why: one for each callee written into the program's own part
             submit(own)
         objects = [future.result() for future in compiled]
     if debug:
         assembly = "\n".join(code.assembly or "" for code in objects)
         print(f"=== popjit: machine code of program library {key} ===\n{assembly}", file=sys.stderr)
-    for (part, units), code in zip(written, objects):
+    kept = sorted(zip(written, objects), key=lambda w: not entries.built(w[0][1]))  # why: loaded before their callers
+    for (part, units), code in kept:
         if units:
-            _UNITS.keep(units, _serialized(part, code), units[0] in kernels)
+            _UNITS.keep(units, _serialized(part, code), units[0] in kernels or entries.built(units))
     symbols.update(writer.symbols)
     names = [symbols[(id(fn), types)] for (_, types), fn in zip(callees, functions)]
     serialized = [_serialized(part, code) for (part, units), code in zip(written, objects) if not units]
@@ -332,7 +351,7 @@ class _PartWriter:
                 # why a unit: an implicit product's codelet (codegen/implicit.py) takes Numba 2-3 s, and as a
                 # program's own it was compiled again by every program with that convolution (a Keras model's
                 # training and prediction); it raises nothing and holds no Python object: no environment
-                _compile_into(part, name, fn, types, symbol)
+                _compile_into(part.library, name, fn, types, symbol)
                 written = True
         else:
             written = bool(_link_kernel(part.library, fn, types, symbol))
@@ -343,7 +362,7 @@ class _PartWriter:
     def own(self, part: _Part, name: str, fn: Any, types: tuple, source: str | None) -> None:
         """Compile ``fn`` for ``types`` by Numba's pipeline into ``part``, the program's own."""
         symbol = f"popjit.callee.{self.program}.{len(self.symbols)}"  # why the program: symbols are process-wide
-        self.environments.append(_compile_into(part, name, fn, types, symbol).environment)
+        self.environments.append(_compile_into(part.library, name, fn, types, symbol).environment)
         self._wrote(fn, types, symbol)
 
     def _wrote(self, fn: Any, types: tuple, symbol: str) -> None:
@@ -367,13 +386,14 @@ UNIT_MAGIC = "popjit-unit-1"
 GROUP_MAGIC = "popjit-unit-group-1"
 
 
-def _unit_key(fn: Any, types: tuple, source: str | None) -> str | None:
+def _unit_key(fn: Any, types: tuple, source: str | None, entry: str | None = None) -> str | None:
     """The key of the unit of callee ``fn`` for ``types``: a hash of the generated codelet's ``source``
-    (or, for a library kernel, its name), the types, the host CPU and Numba's optimisation settings;
-    None for a callee that is never a unit (a function Numba compiles for the program alone)."""
+    (or, for a library kernel, its name, or the symbol of its ``entry`` point), the types, the host CPU
+    and Numba's optimisation settings; None for a callee that is never a unit (a function Numba
+    compiles for the program alone)."""
     if source is None and not fn.py_func.__module__.startswith(KERNELS):
         return None
-    what = source if source is not None else f"{fn.py_func.__module__}.{fn.py_func.__qualname__}"
+    what = source if source is not None else entry or f"{fn.py_func.__module__}.{fn.py_func.__qualname__}"
     host = cpu_target.target_context.codegen().magic_tuple()
     options = sorted((k, sorted(v) if isinstance(v, (set, frozenset)) else v) for k, v in fn.targetoptions.items())
     text = repr((UNIT_MAGIC, fingerprint(), host, what, tuple(str(t) for t in types), options,
@@ -483,30 +503,124 @@ def _check_returns_int64(name: str, compiled: Any) -> None:
 KERNELS = "popjit.kernels."
 
 
-def _compile_into(part: _Part, name: str, fn: Any, types: tuple, symbol: str) -> Any:
-    """Compile ``fn`` for ``types`` by Numba's pipeline into ``part``'s library (its machine code made with
-    the part's), behind the engine's entry point ``symbol``; Numba's result."""
+def _compile_into(library: Any, name: str, fn: Any, types: tuple, symbol: str) -> Any:
+    """Compile ``fn`` for ``types`` by Numba's pipeline into ``library`` (its machine code made with the
+    part's), behind the engine's entry point ``symbol``; Numba's result."""
     typing, target = cpu_target.typing_context, cpu_target.target_context
     compiled = compiler.compile_extra(typing, target, fn.py_func, types, None, _flags(fn), fn._compiler.locals,
-                                      library=part.library)
+                                      library=library)
     _check_returns_int64(name, compiled)
-    _add_pointer_entry(part.library, symbol, compiled.fndesc.llvm_cfunc_wrapper_name, types)
+    _add_pointer_entry(library, symbol, compiled.fndesc.llvm_cfunc_wrapper_name, types)
     return compiled
 
 
 def _link_kernel(library: Any, fn: Any, types: tuple, symbol: str) -> str:
-    """Link library kernel ``fn`` for ``types`` into ``library`` from its dispatcher (Numba's on-disk
-    cache after the first time on a machine, where compiling it into each program cost 0.2 s for
-    ``matmul_f32`` alone), behind a strong entry point ``symbol`` that calls its C entry point.
-    why: a linked library's functions become weak (``linkonce_odr``) symbols, which a program
-    library loaded from the cache in a later process does not resolve."""
+    """Write library kernel ``fn`` for ``types`` into ``library`` behind a strong entry point ``symbol``
+    that calls its C entry point: compiled by Numba's pipeline into it, or, when this process has
+    compiled it already (called from Python), linked from its dispatcher. why not through the
+    dispatcher always: it makes machine code of its own, which the kernel library (kept per machine)
+    never uses (the own gemm's drivers: 1-2 s of LLVM time each). why a strong entry point: a linked
+    library's functions become weak (``linkonce_odr``) symbols, which a program library loaded from the
+    cache in a later process does not resolve."""
     if types not in fn.overloads:
-        fn.compile(types)
+        _compile_into(library, fn.py_func.__name__, fn, types, symbol)
+        return symbol
     compiled = fn.overloads[types]
     _check_returns_int64(fn.py_func.__name__, compiled)
     _add_pointer_entry(library, symbol, compiled.fndesc.llvm_cfunc_wrapper_name, types)
     library.add_linking_library(compiled.library)
     return symbol
+
+
+class _EntryPoints:
+    """The kernel entry points (:func:`load_entry`) a program library's build meets in the code it
+    writes: each one the kernel library lacks is compiled in a part of its own with the build's."""
+
+    def __init__(self) -> None:
+        self.called: set[str] = set()
+        self.written: set[str] = set()
+        self.keys: set[str] = set()
+
+    @contextlib.contextmanager
+    def noting(self) -> Iterator[None]:
+        """Note the entry points called by the code written in the block (instead of loading them)."""
+        global _NOTED
+        _NOTED = self.called
+        try:
+            yield
+        finally:
+            _NOTED = None
+
+    def new(self) -> list[tuple[_Part, tuple[str]]]:
+        """The parts of the entry points called since the last time that are neither loaded nor written."""
+        parts = []
+        for symbol in sorted(self.called - self.written):
+            self.written.add(symbol)
+            key = _entry_unit(symbol)[0]
+            if not _UNITS.ready(key, kernel=True):
+                parts.append(_entry_part(symbol))
+                self.keys.add(key)
+        return parts
+
+    def built(self, units: tuple[str, ...]) -> bool:
+        """Whether ``units`` is an entry point's part of this build."""
+        return bool(units) and units[0] in self.keys
+
+
+#: The entry points a build notes (:meth:`_EntryPoints.noting`), or None outside one.
+_NOTED: set[str] | None = None
+
+
+def load_entry(symbol: str) -> None:
+    """Have the kernel entry point ``symbol`` loaded before the code calling it that is being lowered (such
+    as :func:`popjit.kernels.gemm.call_gemm_block`'s, through :func:`popjit.kernels.jit.entry_called`): in a
+    program library's build, noted (compiled with its parts, loaded before them); else loaded now
+    (compiled if the kernel library lacks it), as the JIT resolves the call when it loads the caller."""
+    if _NOTED is not None:
+        _NOTED.add(symbol)
+    else:
+        _load_entry_now(symbol)
+
+
+def _entry_unit(symbol: str) -> tuple[str, Any, tuple]:
+    """The unit key of the kernel entry point ``symbol``, its kernel and the types it is compiled for."""
+    # why here: importing the kernels compiles or loads them from the cache directory (see implicit.py)
+    from popjit.kernels import gemm
+
+    dtype = getattr(numba.types, symbol.removeprefix(gemm.GEMM_BLOCK_ENTRY))
+    _, types = gemm.gemm_block_entry(dtype)
+    key = _unit_key(gemm.gemm_block, types, None, symbol)
+    assert key is not None
+    return key, gemm.gemm_block, types
+
+
+def _entries_declared(bitcode: bytes) -> list[str]:
+    """The kernel entry points a compiled part calls (declares without defining)."""
+    from popjit.kernels.gemm import GEMM_BLOCK_ENTRY  # why here: as in _entry_unit
+
+    if GEMM_BLOCK_ENTRY.encode() not in bitcode:  # why first: most parts name none, and parsing costs
+        return []
+    module = llvm.parse_bitcode(bitcode)
+    return [f.name for f in module.functions if f.name.startswith(GEMM_BLOCK_ENTRY) and f.is_declaration]
+
+
+def _entry_part(symbol: str) -> tuple[_Part, tuple[str]]:
+    """A part holding the kernel entry point ``symbol`` alone, and its unit key."""
+    key, fn, types = _entry_unit(symbol)
+    part = _Part(_new_library(f"entry.{key}"))
+    _link_kernel(part.library, fn, types, symbol)
+    return part, (key,)
+
+
+def _load_entry_now(symbol: str) -> None:
+    """Load the kernel entry point ``symbol`` from the kernel library, compiling it first if it is not
+    kept there."""
+    if _UNITS.ready(_entry_unit(symbol)[0], kernel=True):
+        return
+    part, units = _entry_part(symbol)
+    with PartCompiler(1) as compiler:
+        code = compiler.submit(_LinkedModules().part(part)).result()
+    _UNITS.keep(units, _serialized(part, code), kernel=True)
 
 
 def _add_pointer_entry(library: Any, symbol: str, target: str, types: tuple) -> None:
@@ -608,7 +722,10 @@ def _from_entry(entry: tuple) -> ProgramLibrary:
 
 def _unserialized(serialized: tuple) -> Any:
     """A kept part (a code library's object) loaded into Numba's JIT, after registering Numba's run-time
-    (NRT) symbols, which its machine code may refer to (popjit's own gemm allocates its packed panels)."""
+    (NRT) symbols, which its machine code may refer to (popjit's own gemm allocates its packed panels),
+    and loading the kernel entry points it calls. why first: the JIT resolves its calls as it loads it."""
+    for symbol in _entries_declared(serialized[2][1]):
+        _load_entry_now(symbol)
     target = cpu_target.target_context
     rtsys.initialize(target)
     return target.codegen().unserialize_library(serialized)

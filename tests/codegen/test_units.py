@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import popjit.tensorflow as tf
-from popjit.codegen.library import GROUP_MAGIC, UNIT_MAGIC
+from popjit.codegen.library import GROUP_MAGIC, UNIT_MAGIC, _entry_unit
+from popjit.kernels.gemm import GEMM_BLOCK_ENTRY
 from tests.helpers import run_program
 
 CODELETS = re.compile(r"machine code of '[^']+' in [\d.]+ s \((\d+) codelets? compiled, (\d+) from the cache")
@@ -164,11 +165,14 @@ def test__library_kernels__are_the_machines_kernel_library_which_a_new_program_l
     compiled, cached = counts()
     (generation,) = cache.glob("gen-*")
     kernels, codelets = (sorted((generation / d).glob("*.unit")) for d in ("kernels", "units"))
-    assert kernels and codelets and cached == 0 and compiled == len(kernels) + len(codelets)
     assert len(list((generation / "kernels").glob("*.group"))) == len(kernels), "a group each"
+    entry = f"{_entry_unit(GEMM_BLOCK_ENTRY + 'float32')[0]}.unit"
+    assert entry in {k.name for k in kernels}, "the drivers call gemm_block's entry point, a unit of its own"
+    callees = [k for k in kernels if k.name != entry]
+    assert callees and codelets and cached == 0 and compiled == len(callees) + len(codelets)
     for program_files in ("units", "programs", "executables"):
         shutil.rmtree(generation / program_files)
-    assert counts() == (len(codelets), len(kernels))
+    assert counts() == (len(codelets), len(callees))
 
 
 IMPLICIT_CONV = textwrap.dedent("""
@@ -199,6 +203,32 @@ def test__an_implicit_products_codelet_is_a_unit_which_another_program_loads(tmp
         assert "through Numba" not in out.stderr, "kept as a unit, not the program's own"
         counts.append([(int(m[1]), int(m[2])) for m in CODELETS.finditer(out.stderr)])
     (generation,) = cache.glob("gen-*")
-    assert len([p for p in (generation / "popjit_gen").glob("g_*.py") if "kg.gemm_block" in p.read_text()]) == 1
+    assert len([p for p in (generation / "popjit_gen").glob("g_*.py") if "kg.call_gemm_block" in p.read_text()]) == 1
     (first,), (second,) = counts
     assert first[0] >= 2 and second[1] >= 2 and second[0] < first[0], counts
+
+
+@pytest.mark.slow
+def test__an_implicit_products_codelet_calls_the_kernel_librarys_gemm_block(tmp_path):
+    """A computed product's codelet calls ``gemm_block`` through its entry point in the kernel library, as
+    the own gemm's drivers do: the machine holds one copy of it (a copy linked into each caller was
+    1.3 s of LLVM time for every convolution a machine first met). A later process loads the entry point
+    before the codelet, and compiles it again when the kernel library has lost it."""
+    cache, env = tmp_path / "cache", {"POPJIT_MATMUL": "popjit", "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    entry = b"popjit.kernel.gemm_block.float32"
+
+    def run() -> None:
+        out = run_program(IMPLICIT_CONV.replace("SCALE", "1.0"), cache, check=False, **env)
+        assert out.returncode == 0 and out.stdout.split() == ["ok"], out.stderr[-2000:]
+
+    def groups(kept: str) -> list[bytes]:
+        return [g.read_bytes() for g in (generation / kept).glob("*.group")]
+
+    run()
+    (generation,) = cache.glob("gen-*")
+    assert len([g for g in groups("units") if entry in g]) == 1, "the codelet calls the entry point"
+    copies = [g for g in groups("units") + groups("kernels") if g.count(b"gemm_block") > g.count(entry)]
+    assert len(copies) == 1 and copies[0] in groups("kernels"), "gemm_block compiled once, behind its entry point"
+    shutil.rmtree(generation / "kernels")
+    run()  # the program and its units from the cache, the entry point compiled again
+    assert [g for g in groups("kernels") if entry in g]
