@@ -426,7 +426,9 @@ def gemm_block(c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alph
     a[a_at + i*rsa + p*csa]``, ``B[p, j] = b[b_at + p*rsb + j*csb]``, ``C[i, j] = c[c_at + i*ldc + j]``;
     ``pa``/``pb``: packing space of ``MC*KC_MAX`` and ``KC_MAX*round_up(n, NR)`` elements, or, with
     ``pa_at``/``pb_at`` not negative, the whole operand packed already from there on (as
-    :func:`pack_a_panels`/:func:`pack_b_panels` pack a matrix; ``A``'s ``m`` rows are then all its rows)."""
+    :func:`pack_a_panels`/:func:`pack_b_panels` pack a matrix; ``A``'s ``m`` rows are then all its rows).
+    Returns 0, as every function the engine calls does (it is the kernel library's entry point
+    :data:`GEMM_BLOCK_ENTRY`)."""
     nr = NR32 if c.itemsize == 4 else NR64
     pack_a = pa_at >= 0 or 2 * n > nr  # why: A is read once per column panel; packed, its micro-panel stays in L1
     pack_b = pb_at >= 0 or packs_b(m, csb)

@@ -148,16 +148,34 @@ def test__own_gemm_units__load_in_a_later_process(tmp_path):
         assert out.returncode == 0 and out.stdout.split() == ["ok"], (rows, out.stderr[-2000:])
 
 
+#: A wide product and a tall one: both of the own gemm's packed drivers.
+TALL_AND_WIDE = textwrap.dedent("""
+    import numpy as np
+    import popjit.tensorflow as tf
+
+    f = tf.function(lambda a, b, e: (tf.nn.relu(tf.matmul(a, b)), tf.matmul(e, b)), jit_compile=True)
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((64, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 200)).astype(np.float32)
+    e = rng.standard_normal((1024, 300)).astype(np.float32)
+    wide, tall = f(a, b, e)
+    np.testing.assert_allclose(wide.numpy(), np.maximum(a.astype(np.float64) @ b, 0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(tall.numpy(), e.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+    print("ok")
+""")
+
+
 @pytest.mark.slow
 def test__library_kernels__are_the_machines_kernel_library_which_a_new_program_links_as_it_is(tmp_path):
     """Each library kernel is a group of its own, kept in ``kernels/`` apart from the codelets' units: a
     new program (the codelets' units gone too, as in the benchmark's cold first call) links the kernels
-    compiled before and compiles only its codelets."""
+    compiled before and compiles only its codelets. Both packed drivers call ``gemm_block`` through its
+    entry point, a unit of its own and the only copy of it."""
     cache, env = tmp_path / "cache", {"POPJIT_MATMUL": "popjit", "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
                                       "POPJIT_LOG": "info"}
 
     def counts() -> tuple[int, int]:
-        out = run_program(OWN_GEMM.replace("ROWS", "64"), cache, **env)
+        out = run_program(TALL_AND_WIDE, cache, **env)
         assert out.stdout.split() == ["ok"], out.stderr[-2000:]
         (found,) = [(int(m[1]), int(m[2])) for m in CODELETS.finditer(out.stderr)]
         return found
@@ -170,6 +188,10 @@ def test__library_kernels__are_the_machines_kernel_library_which_a_new_program_l
     assert entry in {k.name for k in kernels}, "the drivers call gemm_block's entry point, a unit of its own"
     callees = [k for k in kernels if k.name != entry]
     assert callees and codelets and cached == 0 and compiled == len(callees) + len(codelets)
+    symbol = (GEMM_BLOCK_ENTRY + "float32").encode()
+    groups = [g.read_bytes() for g in (generation / "kernels").glob("*.group")]
+    copies = [g for g in groups if g.count(b"gemm_block") > g.count(symbol)]
+    assert len(copies) == 1, "one copy of gemm_block for both drivers: the entry point"
     for program_files in ("units", "programs", "executables"):
         shutil.rmtree(generation / program_files)
     assert counts() == (len(codelets), len(callees))
