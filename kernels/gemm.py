@@ -37,7 +37,7 @@ from numba.extending import intrinsic
 from popjit import config
 
 from .gemm_choice import MR, lanes, panel_vectors, panel_width
-from .jit import codelet, entry_called
+from .jit import ENTRY_PREFIX, codelet, entry_called
 
 #: Rows per packed block of A (in L2).
 MC = 96
@@ -459,7 +459,7 @@ def gemm_block(c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alph
 
 #: The symbol of :func:`gemm_block`'s entry point for an element type (``…float32``), through which the
 #: drivers below and a computed product's codelet call it (:func:`call_gemm_block`).
-GEMM_BLOCK_ENTRY = "popjit.kernel.gemm_block."
+GEMM_BLOCK_ENTRY = f"{ENTRY_PREFIX}gemm_block."
 #: Where :func:`gemm_block`'s parameters are arrays (the others are int64, bar ``alpha`` and ``beta``).
 _BLOCK_ARRAYS, _BLOCK_FLOATS = (0, 3, 7, 16, 17), (14, 15)
 

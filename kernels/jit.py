@@ -586,6 +586,11 @@ def codelet(fn: Callable | None = None, **extra: Any) -> Any:
     return wrap(fn) if fn is not None else wrap
 
 
+#: The symbols of kernel entry points (:func:`entry_called`) start with this. why here: the code library
+#: looks for it in every part it loads, and importing the kernels to learn it added 20-40 ms to a cached
+#: program's start.
+ENTRY_PREFIX = "popjit.entry."
+
 
 def entry_called(symbol: str) -> None:
     """Told, as code calling the kernel entry point ``symbol`` is lowered, to have it loaded before that

@@ -67,6 +67,7 @@ from popjit.codegen.machine import ObjectCode, Part, PartCompiler
 from popjit.codegen.render import WIDEST_VECTORS
 from popjit.errors import InternalError
 from popjit.kernels.jit import (
+    ENTRY_PREFIX,
     discard_entry,
     fingerprint,
     generation_dir,
@@ -596,12 +597,10 @@ def _entry_unit(symbol: str) -> tuple[str, Any, tuple]:
 
 def _entries_declared(bitcode: bytes) -> list[str]:
     """The kernel entry points a compiled part calls (declares without defining)."""
-    from popjit.kernels.gemm import GEMM_BLOCK_ENTRY  # why here: as in _entry_unit
-
-    if GEMM_BLOCK_ENTRY.encode() not in bitcode:  # why first: most parts name none, and parsing costs
+    if ENTRY_PREFIX.encode() not in bitcode:  # why first: most parts name none, and parsing costs
         return []
     module = llvm.parse_bitcode(bitcode)
-    return [f.name for f in module.functions if f.name.startswith(GEMM_BLOCK_ENTRY) and f.is_declaration]
+    return [f.name for f in module.functions if f.name.startswith(ENTRY_PREFIX) and f.is_declaration]
 
 
 def _entry_part(symbol: str) -> tuple[_Part, tuple[str]]:

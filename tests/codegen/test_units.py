@@ -237,7 +237,7 @@ def test__an_implicit_products_codelet_calls_the_kernel_librarys_gemm_block(tmp_
     1.3 s of LLVM time for every convolution a machine first met). A later process loads the entry point
     before the codelet, and compiles it again when the kernel library has lost it."""
     cache, env = tmp_path / "cache", {"POPJIT_MATMUL": "popjit", "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
-    entry = b"popjit.kernel.gemm_block.float32"
+    entry = (GEMM_BLOCK_ENTRY + "float32").encode()
 
     def run() -> None:
         out = run_program(IMPLICIT_CONV.replace("SCALE", "1.0"), cache, check=False, **env)
