@@ -58,13 +58,18 @@ def _defined_functions(part: tuple) -> list[str]:
 def write_perf_map(path: Path) -> int:
     """Write perf's JIT map of every recorded program library's functions (its own parts' and its units'
     groups'); how many were written."""
+    from popjit.codegen.library import _UNITS
+
     symbols: dict[int, str] = {}
-    for serialized, library in _LIBRARIES:
-        for part, code in [*zip(serialized, library._libraries), *library.unit_parts]:
-            for name in _defined_functions(part):
-                address = code.get_pointer_to_function(name)
-                if address:
-                    symbols[address] = name
+    parts = [pair for serialized, library in _LIBRARIES for pair in zip(serialized, library._libraries)]
+    # why every loaded group: kernel entry points are loaded as groups of their own, outside any
+    # program library, and an unmapped function's samples went to the symbol before it
+    parts += [(serialized, code) for _, _, serialized, code in _UNITS.groups_of(_UNITS.loaded_units())]
+    for part, code in parts:
+        for name in _defined_functions(part):
+            address = code.get_pointer_to_function(name)
+            if address:
+                symbols[address] = name
     starts = sorted(symbols)
     with path.open("w") as f:
         for start, end in zip(starts, [*starts[1:], starts[-1] + 4096] if starts else []):
@@ -88,6 +93,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--calls", type=int, default=3, help="calls sampled after the first (default 3)")
     parser.add_argument("--top", type=int, default=40, help="symbols shown (default 40)")
     parser.add_argument("--threads", action="store_true", help="split the report by thread")
+    parser.add_argument("--sort", help="perf report's sort keys (default sym, pid,sym with --threads; dso,sym "
+                                       "names each sample's library too)")
     return parser.parse_args(argv)
 
 
@@ -120,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             perf.send_signal(2)
             perf.wait()
-        sort = "pid,sym" if args.threads else "sym"  # why pid: perf names each thread by its id there
+        sort = args.sort or ("pid,sym" if args.threads else "sym")  # why pid: perf names each thread by its id there
         done = subprocess.run(["perf", "report", "-i", str(data), "--stdio", "--sort", sort, "--percent-limit",
                                "0.3"], capture_output=True, text=True)
     if done.returncode != 0:

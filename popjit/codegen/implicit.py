@@ -2,10 +2,12 @@
 
 A convolution is lowered as ``patches @ filters`` (:mod:`popjit.frontend.conv_ops`): a :class:`Kernel`
 writes the im2col matrix of every window into a buffer, and a :class:`MatMul` reads it; the filter's
-gradient reads the same buffer transposed. When that buffer is written by one element-wise kernel and
-read only by such products, the engine may leave it out: each product runs popjit's own gemm with a
-generated codelet (:data:`popjit.kernels.gemm.COMPUTED_GEMM`, :func:`render_computed_product`) that
-computes each block of ``A`` it multiplies from the kernel's expression into a small buffer.
+gradient reads the same buffer transposed, and a stride-one convolution's input gradient is a
+convolution of ``dy`` too (:mod:`popjit.graph.passes.conv_gradient`), with patches of its own. When
+such a buffer is written by one element-wise kernel and read only by such products, the engine may
+leave it out: each product runs popjit's own gemm with a generated codelet
+(:data:`popjit.kernels.gemm.COMPUTED_GEMM`, :func:`render_computed_product`) that computes each block
+of ``A`` it multiplies from the kernel's expression into a small buffer.
 
 This happens in the engine only, after the schedule: the program, its virtual-IPU schedule, memory
 and cycle estimates are the same with it on or off. Each element of ``A`` is the same value the

@@ -459,6 +459,10 @@ class _Units:
             for unit in units:  # why after the group: a unit's file never names a group not yet there
                 keep_entry(directory / f"{unit}.unit", UNIT_MAGIC, unit, group)
 
+    def loaded_units(self) -> list[str]:
+        """Every unit this process has loaded."""
+        return list(self._group_of)
+
     def groups_of(self, units: Iterable[str]) -> list[tuple[str, tuple[str, ...], tuple, Any]]:
         """The loaded groups that hold ``units``, as (group, its units, serialized object, code library)."""
         return [(group, *self._groups[group]) for group in sorted({self._group_of[unit] for unit in units})]

@@ -1,7 +1,7 @@
 """The compiler pipeline: the one place that decides the order of passes.
 
-    graph ──verify──const_fold──cse──merge_replayed_loops──accumulate_blocks──dce──plan_fusion──► lower
-          ──loop passes──► schedule ──► codegen ──► engine
+    graph ──verify──const_fold──cse──merge_replayed_loops──accumulate_blocks──convolve_input_gradients──dce
+          ──plan_fusion──► lower ──loop passes──► schedule ──► codegen ──► engine
 
 ``compile_graph`` runs every stage and returns an :class:`~popjit.pipeline.executable.Executable`.
 ``POPJIT_DEBUG`` levels print each stage (see ``docs/env_vars.md``).
@@ -21,7 +21,15 @@ from popjit.codegen.engine import render_engine
 from popjit.codegen.numerics import DEFAULT, Numerics
 from popjit.codegen.phases import Phases
 from popjit.errors import InvalidArgumentError
-from popjit.graph.passes import accumulate_blocks, const_fold, cse, dce, merge_replayed_loops, plan_fusion
+from popjit.graph.passes import (
+    accumulate_blocks,
+    const_fold,
+    convolve_input_gradients,
+    cse,
+    dce,
+    merge_replayed_loops,
+    plan_fusion,
+)
 from popjit.graph.passes.loops import prune_loop_state
 from popjit.graph.verify import verify
 from popjit.ir.graph import Graph
@@ -41,6 +49,7 @@ GRAPH_PASSES: list[tuple[str, Callable[[Graph], Graph]]] = [
     ("cse", cse),
     ("merge_replayed_loops", merge_replayed_loops),
     ("accumulate_blocks", accumulate_blocks),
+    ("convolve_input_gradients", convolve_input_gradients),
     ("dce", dce),
     ("prune_loop_state", prune_loop_state),
 ]
