@@ -175,13 +175,12 @@ def threads_summary() -> list[str]:
 def matmul_summary() -> str:
     """Which kernel popjit's float matmuls run on (``POPJIT_MATMUL``), and its own gemm's block on this host."""
     from popjit import config
-    from popjit.kernels.gemm_choice import MR, OWN_MIN_SIDE, TALL_MIN_COLUMNS, TALL_MIN_ROWS, panel_vectors, panel_width
+    from popjit.kernels.gemm_choice import MR, OWN_MIN_SIDE, panel_vectors, panel_width
 
     setting = config.get("MATMUL")
     own = f"own gemm {MR}x{panel_width(4)} float32 blocks"
     if setting == "rules":
-        where = (f"products at least {OWN_MIN_SIDE} rows, columns and deep ({TALL_MIN_COLUMNS} columns at "
-                 f"{TALL_MIN_ROWS} rows)" if panel_vectors() == 4
+        where = (f"products at least {OWN_MIN_SIDE} rows, columns and deep" if panel_vectors() == 4
                  else "none on this host (no AVX-512)")
         return f"POPJIT_MATMUL=rules: {own} for {where}, the BLAS for the rest"
     return {"blas": "POPJIT_MATMUL=blas: the BLAS for all", "popjit": f"POPJIT_MATMUL=popjit: {own} for all",

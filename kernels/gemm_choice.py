@@ -126,8 +126,6 @@ class OwnSplit(NamedTuple):
 
 #: Rows, columns and depth a product needs, each, to run on the own gemm by :func:`own_gemm_wins`.
 OWN_MIN_SIDE = 64
-#: ... except that a product of at least this many rows needs only :data:`TALL_MIN_COLUMNS` columns.
-TALL_MIN_ROWS, TALL_MIN_COLUMNS = 1024, 32
 #: ... and it runs there only if its depth is at most this many times its longer side.
 OWN_MAX_DEPTH_RATIO = 4
 
@@ -135,23 +133,17 @@ OWN_MAX_DEPTH_RATIO = 4
 def own_gemm_wins(batch: int, m: int, n: int, k: int) -> bool:
     """Whether a product runs on the own gemm under ``POPJIT_MATMUL=rules``: on a host with AVX-512 (the
     4-vector kernel, :func:`panel_vectors`) when its rows, columns and depth are each at least
-    :data:`OWN_MIN_SIDE` (its columns :data:`TALL_MIN_COLUMNS` when it has :data:`TALL_MIN_ROWS` rows) and
-    its depth at most :data:`OWN_MAX_DEPTH_RATIO` times its longer side. Fixed rules, not measurement, so
-    that a program's results do not depend on what a machine measured.
+    :data:`OWN_MIN_SIDE` and its depth at most :data:`OWN_MAX_DEPTH_RATIO` times its longer side. Fixed
+    rules, not measurement, so that a program's results do not depend on what a machine measured.
 
     why, measured on a 2-core Ice Lake (AVX-512) in an engine, each product's two programs interleaved,
     median GFLOP/s on the own gemm against OpenBLAS: W2's 256x1024x784, 256x1024x1024 (``B`` transposed
     too), 1024x1024x256 and 784x1024x256 (``A`` transposed) 159-190 against 130-141; 1024^3 248 against
     220; the Keras CNN's 3872x64x288 and 3872x288x64 (``B`` transposed) 117 and 134 against 96 and 106.
-    32 columns, best calls (medians): a convolution's input gradient as a convolution (5408x32x576, the Keras
-    CNN's; 25088x32x288) 186 (170) and 153 (136) against 142 (83) and 90 (83); 2048x32x1024 175 (162) against
-    136 (121); but 256x32x784 67 (57) against 92 (89) and 784x32x256 (``A`` transposed) 75 (67) against 80
-    (67). Not: its filter gradient 288x64x3872 (deep and narrow: 82 against 115), products 10 wide or deep
+    Not: its filter gradient 288x64x3872 (deep and narrow: 82 against 115), products 10 wide or deep
     (W2's last layer: 18-23 against 18-40), an MLP's 32-row batches (W1: 37-40 ms a call against 32-34),
     and AVX2 hosts, where its 12-accumulator kernel ran at 0.83-0.95x OpenBLAS on a 2-core Zen 3."""
-    columns = TALL_MIN_COLUMNS if m >= TALL_MIN_ROWS else OWN_MIN_SIDE
-    return (panel_vectors() == 4 and min(m, k) >= OWN_MIN_SIDE and n >= columns
-            and k <= OWN_MAX_DEPTH_RATIO * max(m, n))
+    return panel_vectors() == 4 and min(m, n, k) >= OWN_MIN_SIDE and k <= OWN_MAX_DEPTH_RATIO * max(m, n)
 
 
 def own_split(itemsize: int, batch: int, m: int, n: int, k: int) -> OwnSplit:

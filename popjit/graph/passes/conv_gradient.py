@@ -13,11 +13,12 @@ their two channel axes swapped:
 Poplar computes a convolution's backward pass that way too. popjit rewrites the graph so: the patches
 of ``dy`` are a view, like a forward convolution's, which the engine can compute block by block
 instead of storing (:mod:`popjit.codegen.implicit`), and no col2im kernel remains: a convolution's
-training step ran 3-10% faster on a 2-core Ice Lake, its ``[rows, window * in]`` buffer gone
+training step ran 2-10% faster on a 2-core Ice Lake, its ``[rows, window * in]`` buffer gone
 (``docs/pipeline.md``, "Implicit products").
 
 Larger strides keep col2im (their transposed convolution would read ``dy`` dilated by zeros), and so
-does padding wider than the window reaches (explicit padding can be).
+does padding wider than the window reaches (explicit padding can be), and so do convolutions of fewer
+than :data:`MIN_INPUT_CHANNELS` input channels.
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ from typing import Any
 from popjit.graph.passes.dce import dce
 from popjit.ir.graph import Graph, Node, Region, Value
 from popjit.ops import registry
+
+#: Input channels a convolution needs for its input gradient to become a convolution. why: the input
+#: gradient's product is as wide as the input has channels, and the own gemm takes products 64 wide
+#: (``popjit.kernels.gemm_choice.own_gemm_wins``); narrower ones would store the patches of ``dy``, often
+#: larger than col2im's product. Letting the own gemm take the Keras CNN's 32-wide one (5408 x 32 x 576)
+#: made its training step 0-3% faster but its cold first epoch 1.7 s longer (a computed product's codelet
+#: to compile: 2.8 -> 4.5-4.8 s, against a 3 s target).
+MIN_INPUT_CHANNELS = 64
 
 
 def _use_counts(region: Region, counts: Counter) -> Counter:
@@ -81,11 +90,11 @@ class _Builder:
         return node.out
 
 
-def _as_convolution(col2im: Node, uses: Counter) -> list[Node] | None:
+def _as_convolution(col2im: Node, uses: Counter, min_channels: int) -> list[Node] | None:
     """The nodes computing ``col2im``'s result as a convolution (its output value kept), or None."""
     product = _convolution_product(col2im, uses)
     pads = _flipped_pads(col2im)
-    if product is None or pads is None:
+    if product is None or pads is None or col2im.out.shape[-1] < min_channels:
         return None
     a, out = col2im.attrs, col2im.out
     window, spatial = tuple(a["window"]), len(a["window"])
@@ -110,17 +119,18 @@ def _as_convolution(col2im: Node, uses: Counter) -> list[Node] | None:
     return [*node.nodes, last]
 
 
-def _rewrite_region(region: Region, uses: Counter) -> None:
+def _rewrite_region(region: Region, uses: Counter, min_channels: int) -> None:
     nodes: list[Node] = []
     for node in region.nodes:
         for r in node.regions:
-            _rewrite_region(r, uses)
-        replaced = _as_convolution(node, uses) if node.op == "patches_transpose" else None
+            _rewrite_region(r, uses, min_channels)
+        replaced = _as_convolution(node, uses, min_channels) if node.op == "patches_transpose" else None
         nodes += replaced if replaced is not None else [node]
     region.nodes = nodes
 
 
-def convolve_input_gradients(graph: Graph) -> Graph:
-    """Rewrite every stride-one ``patches_transpose(dy @ filtersᵀ)`` as a convolution (module docstring)."""
-    _rewrite_region(graph.region, _use_counts(graph.region, Counter()))
+def convolve_input_gradients(graph: Graph, min_channels: int = MIN_INPUT_CHANNELS) -> Graph:
+    """Rewrite every stride-one ``patches_transpose(dy @ filtersᵀ)`` of at least ``min_channels`` input
+    channels as a convolution (module docstring)."""
+    _rewrite_region(graph.region, _use_counts(graph.region, Counter()), min_channels)
     return dce(graph)
