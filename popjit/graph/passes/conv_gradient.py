@@ -101,22 +101,22 @@ def _as_convolution(col2im: Node, uses: Counter, min_channels: int) -> list[Node
     dy2d, filters2d = product.inputs
     batch, channels_in, channels_out = out.shape[0], out.shape[-1], dy2d.shape[1]
     patched = col2im.inputs[0].shape
-    node = _Builder(col2im)
-    dy = node("reshape", [dy2d], shape=(batch, *patched[1:1 + spatial], channels_out))
-    filters = node("reshape", [filters2d], shape=(*window, channels_in, channels_out))
-    flipped = node("slice", [filters], begin=(*(k - 1 for k in window), 0, 0), size=filters.shape,
-                   step=(*(-1,) * spatial, 1, 1))
-    swapped = node("transpose", [flipped], perm=(*range(spatial), spatial + 1, spatial))
-    patches = node("extract_patches", [dy], window=window, strides=(1,) * spatial, dilations=tuple(a["dilations"]),
-                   pads=pads, fill=0.0)
+    add = _Builder(col2im)
+    dy = add("reshape", [dy2d], shape=(batch, *patched[1:1 + spatial], channels_out))
+    filters = add("reshape", [filters2d], shape=(*window, channels_in, channels_out))
+    flipped = add("slice", [filters], begin=(*(k - 1 for k in window), 0, 0), size=filters.shape,
+                  step=(*(-1,) * spatial, 1, 1))
+    swapped = add("transpose", [flipped], perm=(*range(spatial), spatial + 1, spatial))
+    patches = add("extract_patches", [dy], window=window, strides=(1,) * spatial, dilations=tuple(a["dilations"]),
+                  pads=pads, fill=0.0)
     rows, depth = math.prod(out.shape[:-1]), math.prod(window) * channels_out
-    result = node("matmul", [node("reshape", [patches], shape=(rows, depth)),
-                             node("reshape", [swapped], shape=(depth, channels_in))],
-                  **{**product.attrs, "transpose_b": False})
+    result = add("matmul", [add("reshape", [patches], shape=(rows, depth)),
+                            add("reshape", [swapped], shape=(depth, channels_in))],
+                 **{**product.attrs, "transpose_b": False})
     last = Node("reshape", [result], {"shape": out.shape}, [out.aval], **col2im.placement())
     last.outputs[0] = out
     out.producer, out.index = last, 0
-    return [*node.nodes, last]
+    return [*add.nodes, last]
 
 
 def _rewrite_region(region: Region, uses: Counter, min_channels: int) -> None:
