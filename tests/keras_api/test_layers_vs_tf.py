@@ -17,6 +17,9 @@ CASES = [
     ("Conv1D", dict(filters=5, kernel_size=3, padding="causal", dilation_rate=2), (2, 10, 3)),
     ("Conv1D", dict(filters=5, kernel_size=3, strides=2, padding="same"), (2, 10, 3)),
     ("Conv3D", dict(filters=2, kernel_size=2), (1, 4, 4, 4, 2)),
+    # 64 input channels: compiled, the input gradient is a convolution of dy (graph/passes/conv_gradient.py)
+    ("Conv2D", dict(filters=8, kernel_size=3, padding="same"), (2, 6, 5, 64)),
+    ("Conv1D", dict(filters=4, kernel_size=3, padding="causal", dilation_rate=2), (2, 9, 64)),
     ("Conv2DTranspose", dict(filters=3, kernel_size=3, strides=2, padding="same"), (2, 5, 4, 3)),
     ("Conv2DTranspose", dict(filters=3, kernel_size=3, strides=2, padding="valid", output_padding=1), (2, 5, 4, 3)),
     ("Conv1DTranspose", dict(filters=3, kernel_size=4, strides=2, padding="same"), (2, 5, 3)),
