@@ -64,7 +64,7 @@ def write_perf_map(path: Path) -> int:
     parts = [pair for serialized, library in _LIBRARIES for pair in zip(serialized, library._libraries)]
     # why every loaded group: kernel entry points are loaded as groups of their own, outside any
     # program library, and an unmapped function's samples went to the symbol before it
-    parts += [(serialized, code) for _, _, serialized, code in _UNITS.groups_of(_UNITS.loaded_units())]
+    parts += [(serialized, code) for _, _, serialized, code in _UNITS.loaded_groups()]
     for part, code in parts:
         for name in _defined_functions(part):
             address = code.get_pointer_to_function(name)

@@ -459,9 +459,9 @@ class _Units:
             for unit in units:  # why after the group: a unit's file never names a group not yet there
                 keep_entry(directory / f"{unit}.unit", UNIT_MAGIC, unit, group)
 
-    def loaded_units(self) -> list[str]:
-        """Every unit this process has loaded."""
-        return list(self._group_of)
+    def loaded_groups(self) -> list[tuple[str, tuple[str, ...], tuple, Any]]:
+        """Every group this process has loaded, as :meth:`groups_of` gives them."""
+        return [(group, *self._groups[group]) for group in sorted(self._groups)]
 
     def groups_of(self, units: Iterable[str]) -> list[tuple[str, tuple[str, ...], tuple, Any]]:
         """The loaded groups that hold ``units``, as (group, its units, serialized object, code library)."""

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import popjit.tensorflow as tf
 from popjit import config
+from popjit.frontend import conv_ops
 from popjit.graph.interpret import interpret
 from popjit.graph.passes import const_fold, convolve_input_gradients, cse
 from popjit.ir.graph import Graph
@@ -122,8 +123,8 @@ def test__compiled_with_64_channels__the_engine_computes_dys_patches(spatial, pa
     w = rng.normal(size=(*window, 64, 5)).astype(np.float32)
     f = input_gradient(1, padding, dilation)
     probe = rng.normal(size=tf.nn.convolution(x, w, 1, padding, dilations=dilation).shape.as_list()).astype(np.float32)
-    reach = [(k - 1) * dilation for k in window]
-    pads = tuple(((r // 2, r - r // 2) if padding == "SAME" else (0, 0)) for r in reach)
+    pads = tuple(conv_ops.same_pads(d, k, 1, dilation) if padding == "SAME" else (0, 0)
+                 for d, k in zip(spatial, window))
     with config.context(MATMUL="popjit", IMPLICIT_GEMM="rules"):
         compiled = tf.function(f, jit_compile=True)
         got = compiled(x, w, probe).numpy()
