@@ -31,6 +31,7 @@ from popjit.kernels.gemm import (
     gemm_packed_b,
     pack_a_panels,
     pack_b_panels,
+    slice_depth,
 )
 from popjit.kernels.gemm_choice import grain, own_calls, own_split, panels, uses_own_gemm
 from popjit.pipeline import lower_graph, optimize_graph
@@ -166,6 +167,39 @@ def test__an_operand_packed_once__gives_the_bits_of_each_task_packing_it(dtype, 
         for lo, hi in itertools.pairwise([0, *sorted(data.draw(st.lists(st.integers(0, units), max_size=3))), units]):
             kernel(*args, *extra, lo, hi)
     np.testing.assert_array_equal(out, want)
+
+
+def packed_reference(operand: np.ndarray, width: int) -> np.ndarray:
+    """The layout :func:`pack_a_panels`/:func:`pack_b_panels` write, built with NumPy: each matrix of
+    ``operand`` (``[batch, lines, k]``: rows of ``A`` or columns of ``B``) cut into slices of the depth, each
+    slice's panels of ``width`` lines side by side, a panel ``[slice depth, width]``, zeros past the last line."""
+    batch, lines, k = operand.shape
+    padded = -(-lines // width) * width
+    whole = np.zeros((batch, padded, k), operand.dtype)
+    whole[:, :lines] = operand
+    depth = slice_depth(k)
+    parts = [whole[i, :, p0:p0 + depth].reshape(padded // width, width, -1).transpose(0, 2, 1).ravel()
+             for i in range(batch) for p0 in range(0, k, depth)]
+    return np.concatenate(parts)
+
+
+@given(dtype=st.sampled_from([np.float32, np.float64]), batch=st.integers(1, 2), data=st.data(),
+       transposed=st.booleans(), packs_a=st.booleans())
+def test__packing__lays_out_each_panel_of_either_operand_as_numpy_would(dtype, batch, data, transposed, packs_a):
+    """Every layout the packers take: ``A``'s 6-row panels (a transposed ``A``: a masked copy a step) and
+    ``B``'s panels (a transposed ``B``: vectors transposed in registers), the last panel of each padded."""
+    width = MR if packs_a else (NR32 if dtype == np.float32 else NR64)
+    lines, k = data.draw(edges(width)), data.draw(edges(width))
+    rng = np.random.default_rng(lines * 1009 + k)
+    lines_first = transposed != packs_a  # A is stored [lines, k] unless transposed, B [k, lines] unless transposed
+    stored = rng.uniform(-1, 1, (batch, lines, k) if lines_first else (batch, k, lines)).astype(dtype)
+    lines_by_depth = stored if lines_first else stored.transpose(0, 2, 1)
+    units = batch * -(-lines // width)
+    space = np.full(units * width * k, np.nan, dtype)
+    packer = pack_a_panels if packs_a else pack_b_panels
+    for lo, hi in itertools.pairwise([0, *sorted(data.draw(st.lists(st.integers(0, units), max_size=2))), units]):
+        packer(space, stored.reshape(-1), batch, lines, k, transposed, lines * k, lo, hi)
+    np.testing.assert_array_equal(space, packed_reference(lines_by_depth, width))
 
 
 def test__the_split__gives_each_task_enough_work():
