@@ -124,6 +124,52 @@ def split_dims(old: Sequence[int], new: Sequence[int]) -> list[slice] | None:
     return runs if j == len(new) else None
 
 
+def reshape_groups(old: Sequence[int], new: Sequence[int]) -> list[tuple[slice, slice]] | None:
+    """The runs of dimensions a reshape of ``old`` to ``new`` maps onto each other: pairs of a slice of
+    old dimensions and a slice of new ones with the same number of elements, in order, each as short as
+    can be (size-1 dimensions join a neighbour's run); None when a size is 0."""
+    if 0 in old or 0 in new:
+        return None
+    groups, i, j = [], 0, 0
+    while i < len(old) or j < len(new):
+        start_old, start_new, old_size, new_size = i, j, 1, 1
+        if i < len(old):
+            old_size, i = old_size * int(old[i]), i + 1
+        if j < len(new):
+            new_size, j = new_size * int(new[j]), j + 1
+        while old_size != new_size:
+            if old_size < new_size and i < len(old):
+                old_size, i = old_size * int(old[i]), i + 1
+            elif new_size < old_size and j < len(new):
+                new_size, j = new_size * int(new[j]), j + 1
+            else:
+                return None
+        groups.append((slice(start_old, i), slice(start_new, j)))
+    return groups
+
+
+def _merging_index_map(old: Sequence[int], new: Sequence[int]) -> Any:
+    """For a reshape that keeps the innermost dimension (its run of dimensions is that one dimension on
+    both sides), the index map of the old value from the new index: each run's flat index, split into
+    the run's old dimensions by quotients and remainders of constants; else None. why: a max-pool's
+    gradient flattens each window (``[..., 2, 2, C]`` to ``[..., 4, C]``) for its argmax, and without this
+    the window patches were stored first; the innermost dimension keeps its affine, contiguous index."""
+    groups = reshape_groups(old, new)
+    if not groups or not new or any(len(range(len(dims))[run]) != 1 for dims, run in zip((old, new), groups[-1])):
+        return None
+    strides = [(row_major_strides(old[o]), row_major_strides(new[n])) for o, n in groups]
+
+    def index_map(idx: tuple) -> tuple:
+        out: list[ILin] = []
+        for (o, n), (old_strides, new_strides) in zip(groups, strides):
+            flat = flat_index(idx[n], new_strides)
+            out += [flat // stride if k == 0 else flat // stride % int(old[o][k])
+                    for k, stride in enumerate(old_strides)]
+        return tuple(out)
+
+    return index_map
+
+
 def _unit_dims_map(old: Sequence[int], new: Sequence[int]) -> list[int | None] | None:
     """If ``new`` only inserts or drops size-1 dimensions of ``old``: for each new dimension, the old
     dimension it is (None for an inserted 1)."""
@@ -164,6 +210,9 @@ def _reshape_lower(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
     if splits is not None:
         strides = [row_major_strides(shape[run]) for run in splits]
         return [x.remap(shape, lambda idx: tuple(flat_index(idx[run], s) for run, s in zip(splits, strides)))]
+    merging = _merging_index_map(x.shape, shape) if x.view is None else None
+    if merging is not None:
+        return [x.remap(shape, merging)]
     dense = ctx.materialize(x, "reshape")
     assert dense.view is not None
     return [Lazy.of_buffer(dense.view.buffer, shape)]

@@ -165,6 +165,42 @@ def test__max_pool_gradient__goes_to_the_first_largest_as_in_tensorflow():
     np.testing.assert_array_equal(grad.ravel(), [1, 0, 0, 0])
 
 
+def max_pool_gradient_by_loops(x: np.ndarray, dy: np.ndarray, window: int, stride: int, pads) -> np.ndarray:
+    """Each window's ``dy`` to its first largest entry (window order), summed where windows overlap."""
+    patches = patches_by_loops(x, (window, window), (stride, stride), (1, 1), pads, fill=-np.inf)
+    n, oh, ow, c = dy.shape
+    dx = np.zeros(x.shape, np.float64)
+    for b, i, j, ch in itertools.product(range(n), range(oh), range(ow), range(c)):
+        first = int(np.argmax(patches[b, i, j, :, :, ch]))
+        r, q = i * stride + first // window - pads[0][0], j * stride + first % window - pads[1][0]
+        dx[b, r, q, ch] += dy[b, i, j, ch]
+    return dx
+
+
+@pytest.mark.parametrize("window, stride, padding", [(2, 2, "VALID"), (3, 2, "SAME"), (3, 1, "VALID")])
+def test__max_pool_gradient__compiled__matches_the_definition_and_stores_no_window_patches(window, stride, padding):
+    """The argmax of each flattened window reads the input through the window's index map (quotients and
+    remainders of the flat window index), so no ``[..., KH, KW, C]`` patches are stored; ties (ReLU zeros)
+    go to the first largest, as TensorFlow's do."""
+    rng = np.random.default_rng(window * 10 + stride)
+    x = np.maximum(rng.normal(size=(2, 7, 8, 3)), 0).astype(np.float32)  # zeros: ties in many windows
+    y = tf.nn.max_pool2d(x, window, stride, padding).numpy()
+    dy = rng.normal(size=y.shape).astype(np.float32)
+
+    def gradient(x, dy):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(tf.nn.max_pool2d(x, window, stride, padding) * dy)
+        return tape.gradient(loss, x)
+
+    compiled = tf.function(gradient, jit_compile=True)
+    pads = [conv_ops.same_pads(d, window, stride, 1) if padding == "SAME" else (0, 0) for d in x.shape[1:3]]
+    expected = max_pool_gradient_by_loops(x, dy, window, stride, pads)
+    np.testing.assert_allclose(compiled(x, dy).numpy(), expected, rtol=1e-6, atol=1e-6)
+    temps = compiled.get_concrete_function(x, dy).executable("cpu").program.temps
+    assert not [t.shape for t in temps if len(t.shape) > 4], "no window patches stored"
+
+
 def test__bad_arguments__raise_tensorflows_errors():
     x = np.zeros((1, 4, 4, 3), np.float32)
     with pytest.raises(InvalidArgumentError, match="input depth must be evenly divisible by filter depth: 3 vs 2"):

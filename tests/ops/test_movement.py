@@ -10,6 +10,7 @@ Compiled paths stay at rank <= 3 so the number of distinct codelet structures st
 from __future__ import annotations
 
 import builtins
+import itertools
 import sys
 from typing import Any
 
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 import popjit.tensorflow as tf
 from popjit.errors import InvalidArgumentError
 from popjit.ir.loop import Kernel
+from popjit.ops.movement import reshape_groups
 from tests.ops.strategies import DTYPES, arrays, check_paths, finite_values, run_all, tensorflow_or_skip
 
 ALL = list(DTYPES)
@@ -46,6 +48,64 @@ def compiled_kernels(fn: Any, *args: Any) -> list[Kernel]:
 
 def this_line() -> int:
     return sys._getframe(1).f_lineno
+
+
+# ----------------------------------------------------------------------------------------------
+# reshape
+
+
+@given(runs=st.lists(st.tuples(st.lists(st.integers(1, 4), min_size=1, max_size=3), st.integers(0, 2)),
+                    min_size=1, max_size=3))
+def test__reshape_groups__pair_the_shortest_runs_of_equal_size(runs: list) -> None:
+    """Shapes built from runs of factors (old: the factors; new: their product, the factors reversed, or
+    the same): the runs found tile both shapes in order, have the same size on both sides, and no run
+    could end sooner."""
+    old: list[int] = []
+    new: list[int] = []
+    for factors, regroup in runs:
+        old += factors
+        new += [[int(np.prod(factors))], factors[::-1], factors][regroup]
+    groups = reshape_groups(old, new)
+    assert groups is not None
+    assert groups[0][0].start == groups[0][1].start == 0
+    assert groups[-1][0].stop == len(old) and groups[-1][1].stop == len(new)
+    for (o, n), (o2, n2) in itertools.pairwise(groups):
+        assert o.stop == o2.start and n.stop == n2.start
+    for o, n in groups:
+        assert np.prod(old[o]) == np.prod(new[n])
+        sizes_new = {int(np.prod(new[n.start:cut])) for cut in range(n.start + 1, n.stop)}
+        assert not any(int(np.prod(old[o.start:cut])) in sizes_new for cut in range(o.start + 1, o.stop))
+
+
+def test__reshape_groups__cases() -> None:
+    assert reshape_groups((2, 2, 3), (4, 3)) == [(slice(0, 2), slice(0, 1)), (slice(2, 3), slice(1, 2))]
+    assert reshape_groups((6, 4), (4, 6)) == [(slice(0, 2), slice(0, 2))]
+    assert reshape_groups((3, 1), (3,)) == [(slice(0, 1), slice(0, 1)), (slice(1, 2), slice(1, 1))]
+    assert reshape_groups((2, 0), (0,)) is None
+
+
+@given(data=st.data())
+def test__reshape_merging_outer_axes_of_a_computed_value__fuses_into_its_reader(data: st.DataObject) -> None:
+    """A computed value (here a transpose times two) whose outer axes a reshape merges, the innermost kept,
+    is read through quotients and remainders by the reduction after it: one kernel, NumPy's values. A
+    reshape that merges the innermost axis stores the value first (two kernels), with the same values."""
+    a, b, c, d = (data.draw(st.integers(1, 4)) for _ in range(4))
+    x = data.draw(arrays("float32", (a, b, c, d), lambda dt: finite_values(dt, 3)))
+
+    def keeps_inner(x):
+        return tf.reduce_max(tf.reshape(tf.transpose(x, [0, 2, 1, 3]) * 2.0, [a, c * b, d]), axis=1)
+
+    def merges_inner(x):
+        return tf.reduce_max(tf.reshape(tf.transpose(x, [0, 2, 1, 3]) * 2.0, [a, c * b * d]), axis=1)
+
+    doubled = x.transpose(0, 2, 1, 3).astype(np.float64) * 2
+    check_paths(run_all(keeps_inner, x), doubled.reshape(a, c * b, d).max(axis=1).astype(np.float32),
+                what="max(reshape(2 transpose(x)), outer axes merged)")
+    check_paths(run_all(merges_inner, x), doubled.reshape(a, -1).max(axis=1).astype(np.float32),
+                what="max(reshape(2 transpose(x)), inner axis merged)")
+    assert len(compiled_kernels(keeps_inner, x)) == 1
+    if b > 1 and c > 1:  # a real transpose: its values are stored, then read by the reduction
+        assert len(compiled_kernels(merges_inner, x)) == 2
 
 
 # ----------------------------------------------------------------------------------------------
