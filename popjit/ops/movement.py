@@ -155,7 +155,10 @@ def _merging_index_map(old: Sequence[int], new: Sequence[int]) -> Any:
     gradient flattens each window (``[..., 2, 2, C]`` to ``[..., 4, C]``) for its argmax, and without this
     the window patches were stored first; the innermost dimension keeps its affine, contiguous index."""
     groups = reshape_groups(old, new)
-    if not groups or not new or any(len(range(len(dims))[run]) != 1 for dims, run in zip((old, new), groups[-1])):
+    if not groups or not new:
+        return None
+    inner_old, inner_new = groups[-1]
+    if inner_old.stop - inner_old.start != 1 or inner_new.stop - inner_new.start != 1:
         return None
     strides = [(row_major_strides(old[o]), row_major_strides(new[n])) for o, n in groups]
 
