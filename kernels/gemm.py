@@ -71,6 +71,20 @@ class _IR:
         existing = self.module.globals.get(full)
         return existing or ir.Function(self.module, ir.FunctionType(returns, arguments), full)
 
+    @property
+    def mask_type(self) -> ir.VectorType:
+        return ir.VectorType(ir.IntType(1), self.width)
+
+    def masked_load(self) -> ir.Function:
+        """``llvm.masked.load`` of one vector (pointer, alignment, mask, value of the lanes left out)."""
+        return self.intrinsic("llvm.masked.load", self.vector, [self.vector.as_pointer(), _I32, self.mask_type,
+                                                                 self.vector])
+
+    def masked_store(self) -> ir.Function:
+        """``llvm.masked.store`` of one vector (value, pointer, alignment, mask)."""
+        return self.intrinsic("llvm.masked.store", ir.VoidType(), [self.vector, self.vector.as_pointer(), _I32,
+                                                                    self.mask_type])
+
     def splat(self, builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
         vector_type = ir.VectorType(value.type, self.width)
         one = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, _I32(0))
@@ -154,9 +168,7 @@ def _store_block(builder: ir.IRBuilder, g: _IR, fma: ir.Function, c: ir.Value, l
     """``C = alpha * sums + beta * C`` for the block's ``mr x nr`` elements: whole vectors when the
     block is full, else masked loads and stores of the rows that exist."""
     width, vectors = g.width, len(sums) // MR
-    mask_type = ir.VectorType(ir.IntType(1), width)
-    masked_load = g.intrinsic("llvm.masked.load", g.vector, [g.vector.as_pointer(), _I32, mask_type, g.vector])
-    masked_store = g.intrinsic("llvm.masked.store", ir.VoidType(), [g.vector, g.vector.as_pointer(), _I32, mask_type])
+    masked_load, masked_store = g.masked_load(), g.masked_store()
     zero = ir.Constant(g.vector, [0.0] * width)
     lane = ir.Constant(ir.VectorType(_I64, width), list(range(width)))
     scale, keep = g.splat(builder, alpha), g.splat(builder, beta)
@@ -250,12 +262,10 @@ def _copy_masked(builder: ir.IRBuilder, g: _IR, source: ir.Value, target: ir.Val
     """Copy the ``count < width`` contiguous elements from ``at`` on by one masked vector load and store."""
     if count == 0:
         return
-    mask_type = ir.VectorType(ir.IntType(1), g.width)
-    mask = ir.Constant(mask_type, [int(lane < count) for lane in range(g.width)])
-    load = g.intrinsic("llvm.masked.load", g.vector, [g.vector.as_pointer(), _I32, mask_type, g.vector])
-    store = g.intrinsic("llvm.masked.store", ir.VoidType(), [g.vector, g.vector.as_pointer(), _I32, mask_type])
-    values = builder.call(load, [g.vector_at(builder, source, at), _I32(1), mask, ir.Constant(g.vector, ir.Undefined)])
-    builder.call(store, [values, g.vector_at(builder, target, at), _I32(1), mask])
+    mask = ir.Constant(g.mask_type, [int(lane < count) for lane in range(g.width)])
+    values = builder.call(g.masked_load(), [g.vector_at(builder, source, at), _I32(1), mask,
+                                            ir.Constant(g.vector, ir.Undefined)])
+    builder.call(g.masked_store(), [values, g.vector_at(builder, target, at), _I32(1), mask])
 
 
 def _transposed_block(builder: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
