@@ -64,7 +64,7 @@ from popjit.codegen.abi import pointer_entry
 from popjit.codegen.direct import Unsupported, emit_codelet
 from popjit.codegen.implicit import GEMM_MODULE
 from popjit.codegen.machine import ObjectCode, Part, PartCompiler
-from popjit.codegen.render import WIDEST_VECTORS
+from popjit.codegen.render import TRAP_FLAGS, WIDEST_VECTORS
 from popjit.errors import InternalError
 from popjit.kernels.jit import (
     ENTRY_PREFIX,
@@ -245,7 +245,7 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
             compiled.append(compiler.submit(linked.part(part)))
 
         engine_text = cgutils.normalize_ir_text(str(engine_module))  # why text: parsed on the compiling thread
-        submit(_Part(_new_library("engine"), [engine_text], optimize=False))
+        submit(_Part(_new_library("engine"), [engine_text], [False], optimize=False))
         if to_write:
             load_numba_registries()
         own = _Part(_new_library("own"))
@@ -347,7 +347,7 @@ class _PartWriter:
             return False
         symbol = _UNITS.symbol(key)
         if source is not None:
-            written = self.direct is not None and self.direct.emit(part.library, part.texts, fn, types, source, symbol)
+            written = self.direct is not None and self.direct.emit(part, fn, types, source, symbol)
             if not written and GEMM_MODULE in source:
                 # why a unit: an implicit product's codelet (codegen/implicit.py) takes Numba 2-3 s, and as a
                 # program's own it was compiled again by every program with that convolution (a Keras model's
@@ -379,6 +379,7 @@ class _Part:
 
     library: Any
     texts: list[str] = field(default_factory=list)
+    simplify: list[bool] = field(default_factory=list)  # per text: see :attr:`popjit.codegen.machine.Part.simplify`
     optimize: bool = True  # see :attr:`popjit.codegen.machine.Part.optimize`
 
 
@@ -494,7 +495,7 @@ class _LinkedModules:
             if id(lib) not in self.bitcode:
                 self.bitcode[id(lib)] = lib._get_module_for_linking().as_bitcode()
         return Part(part.library._final_module.as_bitcode(), part.texts, [self.bitcode[id(lib)] for lib in kernels],
-                    part.optimize)
+                    part.optimize, part.simplify)
 
 
 def _check_returns_int64(name: str, compiled: Any) -> None:
@@ -642,10 +643,11 @@ class _DirectCodelets:
     def __init__(self) -> None:
         self.context: Any = None
 
-    def emit(self, library: Any, texts: list[str], fn: Any, types: tuple, source: str, symbol: str) -> bool:
+    def emit(self, part: _Part, fn: Any, types: tuple, source: str, symbol: str) -> bool:
         """Write generated codelet ``fn`` (of ``source``) for ``types`` as function ``symbol``: its module's
-        IR appended to ``texts`` (the kernels it calls linked to ``library``); False when it is outside what
-        the translator handles."""
+        IR appended to the part's texts (the kernels it calls linked to its library); False when it is
+        outside what the translator handles."""
+        library = part.library
         if self.context is None:
             self.context = compiler._make_subtarget(cpu_target.target_context, _flags(fn))
         name = fn.py_func.__name__
@@ -659,7 +661,8 @@ class _DirectCodelets:
         if WIDEST_VECTORS in source:
             _prefer_widest_vectors(module.get_global(symbol))
         self.context.post_lowering(module, library)  # why: the codelet's fast-math flags
-        texts.append(cgutils.normalize_ir_text(str(module)))
+        part.texts.append(cgutils.normalize_ir_text(str(module)))
+        part.simplify.append(TRAP_FLAGS in source)
         return True
 
 

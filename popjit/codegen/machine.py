@@ -21,11 +21,12 @@ Numba's is left out, for compile time: loop strength reduction, in code emission
 while a part is emitted), which searched the codelets' many address streams for 0.45 s of the Keras
 CNN's 2.6 s of LLVM time, with its epochs no slower.
 
-why the function passes stay: without them (tried, 5aada34) a codelet with floating-point trap checks
-was not vectorised (its flags are or-ed in the loop), and the benchmark chain with
-``inv``/``div0``/``oflo`` on ran 6-7x slower in float32 (603-753 ms a call against 102-104 ms with
-them) and 11x in float16 (1307-1345 ms against 115 ms); the codelets without traps ran as fast either
-way, and the passes cost the CNN's parts about 0.15 s of CPU time.
+why the function passes stay for codelets with floating-point trap checks (:data:`Part.simplify`): without
+them (tried, 5aada34) such a codelet was not vectorised (its flags are or-ed in the loop), and the
+benchmark chain with ``inv``/``div0``/``oflo`` on ran 6-7x slower in float32 (603-753 ms a call against
+102-104 ms with them) and 11x in float16 (1307-1345 ms against 115 ms). The codelets without traps ran
+as fast either way, so they skip them: on the Keras CNN's parts the passes cost 0.2-0.3 s of the 1.4-1.7
+s of LLVM time (one Emerald Rapids core, both ways alternating five times in one process).
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ class Part:
     optimize: bool = True
     """False: no optimisation passes, and the code emitted by LLVM's fast instruction selector and
     register allocator (optimisation level 0). For the engine, which only sequences calls."""
+    simplify: Sequence[bool] | None = None
+    """Per text, whether Numba's function passes simplify it before it is linked (None: every text)."""
 
 
 class PartCompiler:
@@ -108,10 +111,11 @@ def _compile(part: Part, assembly: bool) -> ObjectCode:
     module = ll.parse_bitcode(part.bitcode, context=context)
     try:
         machine = _target_machine(numba_config.OPT if part.optimize else 0)
-        for text in part.texts:
+        simplify = part.simplify if part.simplify is not None else [True] * len(part.texts)
+        for text, simplified in zip(part.texts, simplify, strict=True):
             parsed = _parse(text, context)
             parsed.data_layout = str(machine.target_data)
-            _link(module, _function_passes(parsed, machine) if part.optimize else parsed)
+            _link(module, _function_passes(parsed, machine) if part.optimize and simplified else parsed)
         for library in part.libraries:
             _link(module, ll.parse_bitcode(library, context=context))
         for manager, builder in _pipelines(machine) if part.optimize else []:

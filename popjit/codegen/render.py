@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,9 @@ CHUNK = 1 << 15  # elements per parallel chunk
 WIDEST_VECTORS = "# element-wise: the widest vectors"
 """Marks the source of a codelet that computes each element on its own (no reduction): its loops may
 use the host's widest vectors (:mod:`popjit.codegen.library`), which changes nothing in its results."""
+TRAP_FLAGS = "# floating-point traps: flags or-ed in its loops"
+"""Marks the source of a codelet that keeps floating-point trap flags: LLVM vectorises its loops only
+after Numba's function passes simplify them (:mod:`popjit.codegen.machine`), which other codelets skip."""
 SERIAL = "@CODELET"  # the decorator placeholder, filled by codegen.compile
 
 
@@ -251,8 +255,9 @@ class _Body(IndexFormatter):
     minutes on an inner loop that recomputes a long invariant chain)."""
 
     def __init__(self, params: _Params, hoisted: list[str], loop_levels: dict[str, int] | None = None,
-                 fp: _FloatPoint | None = None) -> None:
+                 fp: _FloatPoint | None = None, prefix: str = "v") -> None:
         super().__init__(params.int, self.expr)
+        self.prefix = prefix  # of its variables' names: two bodies in one codelet need two
         self.params = params
         self.lines: list[str] = []
         self.levels: list[int] = []
@@ -268,7 +273,7 @@ class _Body(IndexFormatter):
         """A variable holding ``code``, the value of ``key`` (placed at the loop level of ``at``, else ``key``)."""
         if key in self.memo:
             return self.memo[key]
-        name = f"v{len(self.memo)}"
+        name = f"{self.prefix}{len(self.memo)}"
         self.memo[key] = name
         self.lines.append(f"{name} = {code}")
         self.levels.append(self._level(key if at is None else at))
@@ -321,7 +326,7 @@ class _Body(IndexFormatter):
         key = ("index base", base)
         if key not in self.memo:
             code = self.index(base)
-            self.memo[key] = name = f"v{len(self.memo)}"
+            self.memo[key] = name = f"{self.prefix}{len(self.memo)}"
             self.lines.append(f"{name} = {code}")
             self.levels.append(max(level for level in levels if level < top))
         inner = ILin(tuple(t for t, level in zip(ix.terms, levels) if level == top))
@@ -463,7 +468,8 @@ def render_kernel(k: Kernel, parallel: bool = False, numerics: Numerics = DEFAUL
         args += ["lo", "hi"]
     body = _indent(fp.prologue() + hoisted, 1) + _indent(lines, 1) + [f"    return {fp.result()}"]
     sig_dtypes = ", ".join(f"{b.dtype.short}" for b in params.buffers)
-    marks = f"# buffers: {sig_dtypes}\n" + (f"{WIDEST_VECTORS}\n" if k.reduce is None else "")
+    marks = f"# buffers: {sig_dtypes}\n" + (f"{WIDEST_VECTORS}\n" if k.reduce is None else "") + \
+        (f"{TRAP_FLAGS}\n" if fp.traps else "")
     text = f"{marks}{SERIAL}\ndef NAME({', '.join(args)}):\n" + "\n".join(body) + "\n"
     name = "k_" + hashlib.sha256(text.encode()).hexdigest()[:20]
     split = (int(k.domain[0]), max(1, CHUNK // max(1, math.prod(int(d) for d in k.domain[1:])))) if parallel else None
@@ -634,10 +640,25 @@ def _render_argreduce_rows(k: Kernel, params: _Params, hoisted: list[str], paral
     head = (["for j0 in range(hi - lo):", "    i0 = lo + j0"] if parallel else [f"for i0 in range({sizes[0]}):"]) + \
         _indent(head, 1)
     n = params.int(k.reduce.rdomain[0])
-    body = _Body(params, hoisted, fp=fp)
+    row = len(names) + 1  # the row loop's level: inside the kept axes' loops and r0's
+    levels = {**{name: level for level, name in enumerate(names[:-1], start=1)}, "r0": row - 1, names[-1]: row,
+              "bi": row}
+    body = _Body(params, hoisted, levels, fp=fp)
     out = _at(params.buf(store.buf), body.index(store.index))
     sweeps = _packed_rows if _packs_best(store) else _gathering_rows
     return [*head, *_indent(sweeps(k, body, fp, out, names[-1], sizes[-1], n), depth + 1)]
+
+
+def _row_sweep(body: _Body, row: str, size: str, n: str, update: Callable[[list[str]], list[str]]) -> list[str]:
+    """``for r0: for row:`` around ``update(lines)``, ``lines`` being the body's lines that vary along the
+    row; those that do not (a window offset ``r0 // 3 * c``) are computed once per ``r0``, before the row
+    loop. why: LLVM took 0.45 s to compile a max-pool gradient's argmax whose row loop recomputed such a
+    quotient, 0.2 s with it outside (same code in the loop)."""
+    level = body.loop_levels[row]
+    outer = [line for line, at in zip(body.lines, body.levels) if at < level]
+    inner = [line for line, at in zip(body.lines, body.levels) if at >= level]
+    return [f"for r0 in range({n}):", *_indent(outer, 1), f"    for {row} in range({size}):",
+            *_indent(update(inner), 2)]
 
 
 def _take(k: Kernel, v: str, best: str, fp: _FloatPoint) -> list[str]:
@@ -659,8 +680,8 @@ def _gathering_rows(k: Kernel, body: _Body, fp: _FloatPoint, out: str, row: str,
     b = body.expr(Substitute({IVar("r0"): ivar("bi")}).expr(store.value))
     take = _take(k, v, b, fp)
     start = [f"for {row} in range({size}):", f"    {out} = {body.store_value(store.buf, '0')}"]
-    update = [f"bi = {out}", *body.lines, *take, f"{out} = {body.store_value(store.buf, 'r0')} if take else bi"]
-    return start + [f"for r0 in range({n}):", f"    for {row} in range({size}):", *_indent(update, 2)]
+    return start + _row_sweep(body, row, size, n, lambda lines: [
+        f"bi = {out}", *lines, *take, f"{out} = {body.store_value(store.buf, 'r0')} if take else bi"])
 
 
 def _packs_best(store: Any) -> bool:
@@ -677,14 +698,15 @@ def _packed_rows(k: Kernel, body: _Body, fp: _FloatPoint, out: str, row: str, si
     back with the index in one load instead of a gather at the index; a last sweep keeps the index.
     The comparisons are those of :func:`_gathering_rows`, on the same values."""
     (store,) = k.stores
-    first = _Body(body.params, body.hoisted, fp=fp)
+    first = _Body(body.params, body.hoisted, fp=fp, prefix="w")  # why w: body's v0 may be an index
     v0 = first.expr(Substitute({IVar("r0"): ILin()}).expr(store.value))
     v = body.expr(store.value)
     start = [f"for {row} in range({size}):", *_indent(first.lines, 1),
              f"    {out} = np.int64(km.f32_bits({v0})) & {_LOW32}"]
-    update = [f"packed = {out}", "best = km.f32_from_bits(packed)", *body.lines, *_take(k, v, "best", fp),
-              f"{out} = ((r0 << 32) | (np.int64(km.f32_bits({v})) & {_LOW32})) if take else packed"]
-    sweep = [f"for r0 in range({n}):", f"    for {row} in range({size}):", *_indent(update, 2)]
+    take = _take(k, v, "best", fp)
+    sweep = _row_sweep(body, row, size, n, lambda lines: [
+        f"packed = {out}", "best = km.f32_from_bits(packed)", *lines, *take,
+        f"{out} = ((r0 << 32) | (np.int64(km.f32_bits({v})) & {_LOW32})) if take else packed"])
     finish = [f"for {row} in range({size}):", f"    {out} = {out} >> 32"]
     return start + sweep + finish
 

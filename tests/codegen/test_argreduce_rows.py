@@ -89,3 +89,79 @@ def test__the_row_codelet__compiles_straight_to_llvm_ir_with_numbas_results(tmp_
     assert libraries[True].through_numba == 0, "no construct outside the direct translator's subset"
     np.testing.assert_array_equal(results[True], results[False])
     np.testing.assert_array_equal(results[True], np.argmax(x, axis=2))
+
+
+def _row_loop_lines(source: str) -> list[str]:
+    """The lines inside the row loops of the arg-reduction codelets in ``source``: the loop just inside
+    each ``for r0`` loop."""
+    lines, inside = source.splitlines(), []
+    for at, line in enumerate(lines):
+        if line.strip().startswith("for r0 in range("):
+            r0_depth = len(line) - len(line.lstrip())
+            row = next(j for j in range(at + 1, len(lines)) if lines[j].strip().startswith("for i"))
+            depth = len(lines[row]) - len(lines[row].lstrip())
+            assert depth > r0_depth
+            for inner in lines[row + 1:]:
+                if len(inner) - len(inner.lstrip()) <= depth:
+                    break
+                inside.append(inner)
+    return inside
+
+
+@pytest.mark.parametrize("pool,stride,padding,dtype", [(2, 2, "VALID", np.float32), (3, 2, "SAME", np.float32),
+                                                      (2, 2, "VALID", np.float16)])
+def test__a_max_pools_gradient__finds_each_windows_offset_once_per_window_position(pool, stride, padding,
+                                                                                   dtype) -> None:
+    """A max-pool's gradient takes the argmax of each window of the input, read at ``r0 // pool`` and
+    ``r0 % pool`` rows and columns into the window: those are found in the ``r0`` loop, not again for
+    every channel in the row loop (LLVM took twice as long to compile the codelet so)."""
+    x = np.random.default_rng(7).integers(-3, 4, (2, 7, 8, 33)).astype(dtype)
+
+    def pooled_gradient(v):
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            y = tf.nn.max_pool2d(v, pool, stride, padding)
+        return tape.gradient(y, v, output_gradients=tf.ones_like(y))
+
+    fn = tf.function(pooled_gradient, jit_compile=True)
+    np.testing.assert_array_equal(fn(x).numpy(), _max_pool_gradient(x, pool, stride, padding))
+    source = codelets(fn, x)
+    row = _row_loop_lines(source)
+    assert "packed = " in "\n".join(row), "the packed argmax's row loop"
+    assert "//" in source and "%" in source, "the window's rows and columns are quotient and remainder"
+    assert not any("//" in line or "%" in line for line in row), "\n".join(row)
+
+
+def _max_pool_gradient(x: np.ndarray, pool: int, stride: int, padding: str) -> np.ndarray:
+    """The gradient of ``sum(max_pool2d(x))``: one for the first largest element of each window (its
+    rows before its columns), summed where windows overlap."""
+    n, h, w, c = x.shape
+    oh, ow = (-(-h // stride), -(-w // stride)) if padding == "SAME" else ((h - pool) // stride + 1,
+                                                                             (w - pool) // stride + 1)
+    top = max((oh - 1) * stride + pool - h, 0) // 2 if padding == "SAME" else 0
+    left = max((ow - 1) * stride + pool - w, 0) // 2 if padding == "SAME" else 0
+    grad = np.zeros(x.shape, np.float64)
+    for b, i, j, ch in np.ndindex(n, oh, ow, c):
+        rows = [r for r in range(i * stride - top, i * stride - top + pool) if 0 <= r < h]
+        cols = [q for q in range(j * stride - left, j * stride - left + pool) if 0 <= q < w]
+        window = [(r, q) for r in rows for q in cols]
+        r, q = max(window, key=lambda rq: (x[b, rq[0], rq[1], ch], -window.index(rq)))
+        grad[b, r, q, ch] += 1
+    return grad.astype(x.dtype)
+
+
+def test__a_gathering_argmax__reads_the_best_value_again_in_the_row_loop() -> None:
+    """With an int32 index there is no room for the value beside it: the best value so far is read at
+    the index ``bi`` kept in the output, which changes along the row, so its read stays in the row loop
+    while what does not change along it is found once per ``r0``."""
+    x = np.random.default_rng(8).integers(-3, 4, (2, 6, 8, 33)).astype(np.int32)
+
+    def windows_argmax(v):
+        patches = tf.image.extract_patches(v + 1, [1, 2, 2, 1], [1, 2, 2, 1], [1, 1, 1, 1], "VALID")
+        return tf.argmax(tf.reshape(patches, [2, 3, 4, 4, 33]), axis=3, output_type=tf.int32)
+
+    fn = tf.function(windows_argmax, jit_compile=True)
+    want = np.argmax(x.reshape(2, 3, 2, 4, 2, 33).transpose(0, 1, 3, 2, 4, 5).reshape(2, 3, 4, 4, 33), axis=3)
+    np.testing.assert_array_equal(fn(x).numpy(), want)
+    row = "\n".join(_row_loop_lines(codelets(fn, x)))
+    assert "bi = " in row and "bi*" in row, "the best value read at the index kept so far, in the row loop"

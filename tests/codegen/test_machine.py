@@ -86,6 +86,8 @@ def test__program_library__compiled_in_parts_on_threads_gives_the_single_part_re
         "the engine's part is given first, before any codelet is written"
     assert not first.optimize and all(part.optimize for part in started[1:]), "only the engine is not optimised"
     assert not any(_defines(text, engine_name) for part in started[1:] for text in part.texts)
+    assert all(part.simplify == [False] * len(part.texts) for part in started), \
+        "codelets without trap checks skip Numba's function passes"
     for a, b in zip(single, split):
         np.testing.assert_array_equal(a, b)
 
@@ -236,3 +238,4 @@ def test__a_codelet_with_floating_point_traps__is_vectorised(tmp_path, fresh_ipu
     # why: without Numba's function passes before the module pipeline, the flags or-ed in the loop kept
     # LLVM from vectorising it, and the benchmark chain ran 6-7x slower (11x in float16)
     assert re.search(r"<\d+ x float>", optimised), "the trap-checking codelet's loop is vectorised"
+    assert any(any(part.simplify) for part, _ in compiled), "after Numba's function passes"
