@@ -38,6 +38,9 @@ from popjit.codegen.numerics import TRAPPED
 
 _I64 = ir.IntType(64)
 _PTR = ir.IntType(8).as_pointer()
+#: What the engine reads its arguments as: counts, parameters and entry points; float parameters; flags
+#: (Numba's booleans); buffer addresses.
+_ELEMENT_TYPES = (_I64, ir.DoubleType(), ir.IntType(8), _PTR)
 _SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int64, *[ctypes.c_void_p] * 7)
 
 #: A split call's stack frame starts with these int64 fields, then the callee's arguments.
@@ -148,6 +151,10 @@ class _Builder:
         self.function = ir.Function(module, ir.FunctionType(_I64, [_PTR] * 7), src.name)
         self.data, self.sizes, self.ints, self.floats, self.stop, self.rounding, self.callees = self.function.args
         self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
+        # why once, first in the entry block: element() read the engine's arguments through a cast of its own
+        # each time, 831 of the Keras CNN's 4,606 engine instructions, all written and printed as IR text
+        self.casts = {(i, str(llty)): self.builder.bitcast(arg, llty.as_pointer())
+                      for i, arg in enumerate(self.function.args) for llty in _ELEMENT_TYPES}
         self.arrays: dict[int, ir.Value] = {}
         self.buffer_types: dict[int, Any] = {}
         self.interchanged = 0  # interchanged loops so far (their tasks' names)
@@ -164,8 +171,14 @@ class _Builder:
 
     # values
 
+    def at_entry(self) -> None:
+        """Position the builder at the start of the entry block, after the arguments' casts."""
+        self.builder.position_after(list(self.casts.values())[-1])
+
     def element(self, base: ir.Value, index: int, llty: ir.Type) -> ir.Value:
-        pointer = self.builder.bitcast(base, llty.as_pointer())
+        """Element ``index`` of the array of ``llty`` at ``base`` (an argument of the engine's, or a pointer)."""
+        at = next((i for i, arg in enumerate(self.function.args) if arg is base), None)
+        pointer = self.casts.get((at, str(llty))) or self.builder.bitcast(base, llty.as_pointer())
         return self.builder.load(self.builder.gep(pointer, [_I64(index)]))
 
     def array(self, k: int) -> ir.Value:
@@ -174,7 +187,7 @@ class _Builder:
         if k not in self.arrays:
             b = self.builder
             with b.goto_block(self.function.entry_basic_block):
-                b.position_at_start(self.function.entry_basic_block)
+                self.at_entry()
                 numba_type = self.buffer_types[k]
                 struct = self.context.get_value_type(numba_type)
                 itemsize = self.context.get_abi_sizeof(self.context.get_data_type(numba_type.dtype))
@@ -291,7 +304,7 @@ class _Builder:
         """A stack slot of ``llty``, allocated in the entry block (so loops reuse it)."""
         b = self.builder
         with b.goto_block(self.function.entry_basic_block):
-            b.position_at_start(self.function.entry_basic_block)
+            self.at_entry()
             return b.alloca(llty)
 
     def runtime(self, name: str, returns: ir.Type, arguments: list[ir.Type]) -> ir.Function:
