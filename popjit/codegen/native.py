@@ -153,8 +153,9 @@ class _Builder:
         self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
         # why once, first in the entry block: element() read the engine's arguments through a cast of its own
         # each time, 831 of the Keras CNN's 4,606 engine instructions, all written and printed as IR text
-        self.casts = {(i, str(llty)): self.builder.bitcast(arg, llty.as_pointer())
-                      for i, arg in enumerate(self.function.args) for llty in _ELEMENT_TYPES}
+        self.casts = {(arg, llty): self.builder.bitcast(arg, llty.as_pointer())
+                      for arg in self.function.args for llty in _ELEMENT_TYPES}
+        self.after_casts = self.builder.block.instructions[-1]  # why not a cast: one to its own type is no instruction
         self.arrays: dict[int, ir.Value] = {}
         self.buffer_types: dict[int, Any] = {}
         self.interchanged = 0  # interchanged loops so far (their tasks' names)
@@ -173,12 +174,11 @@ class _Builder:
 
     def at_entry(self) -> None:
         """Position the builder at the start of the entry block, after the arguments' casts."""
-        self.builder.position_after(list(self.casts.values())[-1])
+        self.builder.position_after(self.after_casts)
 
     def element(self, base: ir.Value, index: int, llty: ir.Type) -> ir.Value:
         """Element ``index`` of the array of ``llty`` at ``base`` (an argument of the engine's, or a pointer)."""
-        at = next((i for i, arg in enumerate(self.function.args) if arg is base), None)
-        pointer = self.casts.get((at, str(llty))) or self.builder.bitcast(base, llty.as_pointer())
+        pointer = self.casts.get((base, llty)) or self.builder.bitcast(base, llty.as_pointer())
         return self.builder.load(self.builder.gep(pointer, [_I64(index)]))
 
     def array(self, k: int) -> ir.Value:
