@@ -63,7 +63,7 @@ from popjit import config
 from popjit.codegen.abi import pointer_entry
 from popjit.codegen.direct import Unsupported, emit_codelet
 from popjit.codegen.implicit import GEMM_MODULE
-from popjit.codegen.machine import ObjectCode, Part, PartCompiler
+from popjit.codegen.machine import CODELET_LEVEL, ObjectCode, Part, PartCompiler
 from popjit.codegen.render import TRAP_FLAGS, WIDEST_VECTORS
 from popjit.errors import InternalError
 from popjit.kernels.jit import (
@@ -248,7 +248,7 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
         submit(_Part(_new_library("engine"), [engine_text], [False], optimize=False))
         if to_write:
             load_numba_registries()
-        own = _Part(_new_library("own"))
+        own = _Part(_new_library("own"), level=None)
         with entries.noting():
             for members in groups:
                 part, units = _Part(_new_library(f"units.{len(written)}")), []
@@ -354,8 +354,10 @@ class _PartWriter:
                 # training and prediction); it raises nothing and holds no Python object: no environment
                 _compile_into(part.library, name, fn, types, symbol)
                 written = True
+                part.level = None
         else:
             written = bool(_link_kernel(part.library, fn, types, symbol))
+            part.level = None
         if written:
             self._wrote(fn, types, symbol)
         return written
@@ -381,6 +383,7 @@ class _Part:
     texts: list[str] = field(default_factory=list)
     simplify: list[bool] = field(default_factory=list)  # per text: see :attr:`popjit.codegen.machine.Part.simplify`
     optimize: bool = True  # see :attr:`popjit.codegen.machine.Part.optimize`
+    level: int | None = CODELET_LEVEL  # see :attr:`popjit.codegen.machine.Part.level`; None once Numba's code is in it
 
 
 #: Marks a unit's file and a unit group's; a file without its mark is not one (damaged or foreign).
@@ -495,7 +498,7 @@ class _LinkedModules:
             if id(lib) not in self.bitcode:
                 self.bitcode[id(lib)] = lib._get_module_for_linking().as_bitcode()
         return Part(part.library._final_module.as_bitcode(), part.texts, [self.bitcode[id(lib)] for lib in kernels],
-                    part.optimize, part.simplify)
+                    part.optimize, part.simplify, part.level)
 
 
 def _check_returns_int64(name: str, compiled: Any) -> None:
@@ -611,7 +614,7 @@ def _entries_declared(bitcode: bytes) -> list[str]:
 def _entry_part(symbol: str) -> tuple[_Part, tuple[str]]:
     """A part holding the kernel entry point ``symbol`` alone, and its unit key."""
     key, fn, types = _entry_unit(symbol)
-    part = _Part(_new_library(f"entry.{key}"))
+    part = _Part(_new_library(f"entry.{key}"), level=None)
     _link_kernel(part.library, fn, types, symbol)
     return part, (key,)
 

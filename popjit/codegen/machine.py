@@ -70,6 +70,19 @@ class Part:
     register allocator (optimisation level 0). For the engine, which only sequences calls."""
     simplify: Sequence[bool] | None = None
     """Per text, whether Numba's function passes simplify it before it is linked (None: every text)."""
+    level: int | None = None
+    """The level of the full optimisation pipeline (None: Numba's, ``NUMBA_OPT``): :data:`CODELET_LEVEL`
+    for a part of generated codelets written as IR alone."""
+
+
+CODELET_LEVEL = 2
+"""The level of the full optimisation pipeline for parts of generated codelets written as IR (the library
+kernels and the code Numba's pipeline lowers keep Numba's, 3). why not 3: LLVM's level 3 adds passes such as
+non-trivial loop unswitching, which copies a codelet's loop for each value of a condition that does not vary
+in it (a max-pool gradient's padding and index tests). On the Keras CNN's 35 codelets, level 2 took 1.18-1.25 s
+of LLVM time against 1.57-1.75 s (one Emerald Rapids core, each alone), its argmaxes 0.09 against 0.13-0.16 s;
+17 codelets compiled to the same instructions, the others to as many vector instructions or nearly; the max-pool
+gradients ran as fast or faster ([16,56,56,64] 3x3/2: 15.1-17.1 against 18.1-22.3 ms best, alternating)."""
 
 
 class PartCompiler:
@@ -118,7 +131,7 @@ def _compile(part: Part, assembly: bool) -> ObjectCode:
             _link(module, _function_passes(parsed, machine) if part.optimize and simplified else parsed)
         for library in part.libraries:
             _link(module, ll.parse_bitcode(library, context=context))
-        for manager, builder in _pipelines(machine) if part.optimize else []:
+        for manager, builder in _pipelines(machine, part.level) if part.optimize else []:
             _unlocked("LLVMPY_RunNewModulePassManager")(manager, module, builder)
         with _without_loop_strength_reduction():
             code = _emit(machine, module, as_object=True)
@@ -169,9 +182,9 @@ def _link(into: Any, module: Any) -> None:
             raise RuntimeError(str(error))
 
 
-def _pipelines(machine: Any) -> list[tuple[Any, Any]]:
+def _pipelines(machine: Any, level: int | None = None) -> list[tuple[Any, Any]]:
     """Numba's final-module pipelines for ``machine`` as (pass manager, builder): the cheap one, then
-    the full one."""
+    the full one (at ``level``, None: Numba's)."""
     codegen = cpu_target.target_context.codegen()
     cheap = create_pass_builder(machine, opt=codegen._opt_level, loop_vectorize=codegen._loopvect,
                                 slp_vectorize=False)
@@ -180,13 +193,15 @@ def _pipelines(machine: Any) -> list[tuple[Any, Any]]:
         cheap_manager.add_loop_rotate_pass()
         cheap_manager.add_instruction_combine_pass()
         cheap_manager.add_jump_threading_pass()
-    full = _full_builder(machine)
+    full = _full_builder(machine, level)
     return [(_with_refprune(cheap_manager), cheap), (_with_refprune(full.getModulePassManager()), full)]
 
 
-def _full_builder(machine: Any) -> Any:
-    """A pass builder at Numba's optimisation level and vectoriser settings."""
-    return create_pass_builder(machine, opt=numba_config.OPT, loop_vectorize=numba_config.LOOP_VECTORIZE,
+def _full_builder(machine: Any, level: int | None = None) -> Any:
+    """A pass builder at optimisation ``level`` (None: Numba's; never above it) with Numba's vectoriser
+    settings."""
+    return create_pass_builder(machine, opt=numba_config.OPT if level is None else min(level, numba_config.OPT),
+                               loop_vectorize=numba_config.LOOP_VECTORIZE,
                                slp_vectorize=numba_config.SLP_VECTORIZE)
 
 
