@@ -7,9 +7,12 @@ a dozen distinct codelets from an empty cache: a genuine compile of a few second
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import logging
 import re
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +75,46 @@ def test__phases__a_phase_that_raises_is_not_recorded_as_finished(caplog):
     assert p.done == [] and p.summary() == ""
 
 
+def test__phases__pause_the_garbage_collector_until_the_outermost_ends_even_when_one_raises():
+    assert gc.isenabled()
+    p = Phases("prog")
+    with p.phase("outer"):
+        assert not gc.isenabled()
+        with pytest.raises(ValueError, match="boom"), p.phase("inner"):
+            raise ValueError("boom")
+        assert not gc.isenabled(), "the outer phase still runs"
+    assert gc.isenabled()
+
+
+def test__phases__leave_a_collector_the_user_switched_off_switched_off():
+    gc.disable()
+    try:
+        with Phases("prog").phase("only"):
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test__phases__on_two_threads_keep_the_collector_paused_until_both_end():
+    inside, release = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with Phases("other").phase("waiting"):
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    inside.wait(10)
+    with Phases("prog").phase("short"):
+        pass
+    paused_while_other_runs = not gc.isenabled()
+    release.set()
+    thread.join()
+    assert paused_while_other_runs and gc.isenabled()
+
+
 @pytest.mark.parametrize(("compiled", "callees", "numba", "text"), [
     (12, 12, 0, "12 codelets compiled, 0 from the cache"),
     (12, 12, 2, "12 codelets compiled, 0 from the cache, 2 through Numba"),
@@ -109,6 +152,39 @@ def test__compile_and_first_run__log_every_phase_of_the_program_in_order(caplog)
     # the session's cache may hold this program's machine code, or some of its codelets', already (another
     # test, an earlier run): every distinct callee is either compiled or from the cache
     assert compiled + cached == distinct, (compiled, cached, distinct)
+
+
+def test__compile_and_first_run__collect_no_garbage_while_their_phases_run(tmp_path, monkeypatch):
+    running, collections_in_phases = [], []
+    phase = Phases.phase
+
+    @contextlib.contextmanager
+    def noted(self, name):
+        with phase(self, name) as current:
+            running.append(name)
+            try:
+                yield current
+            finally:
+                running.remove(name)
+
+    def note(stage: str, info: dict) -> None:
+        if stage == "start" and running:
+            collections_in_phases.append((info["generation"], list(running)))
+
+    monkeypatch.setattr(Phases, "phase", noted)
+    threshold = gc.get_threshold()
+    gc.set_threshold(10, 2, 2)  # why: a collection every few allocations, as a long compile meets them
+    gc.callbacks.append(note)
+    try:
+        with config.context(CACHE_DIR=str(tmp_path)):
+            fn = tf.function(lambda x: tf.reduce_max(tf.exp(x) * 2.0 - x, axis=1), jit_compile=True)
+            x = np.linspace(-2, 2, 24, dtype=np.float32).reshape(4, 6)
+            out = fn(x).numpy()
+    finally:
+        gc.callbacks.remove(note)
+        gc.set_threshold(*threshold)
+    np.testing.assert_allclose(out, (np.exp(x) * 2.0 - x).max(1), rtol=1e-5)
+    assert collections_in_phases == []
 
 
 def test__debug_summary__gives_the_phase_times(capsys):
