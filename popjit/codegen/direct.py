@@ -81,6 +81,12 @@ class _Typed:
     callees: dict[int, Any] = field(default_factory=dict)  # a call's resolved function (key for get_function)
 
 
+#: Per typing context, the signature Numba resolved for each ``(operation, *operand types)``, shared by
+#: every codelet a process writes. why: resolving one takes Numba about a millisecond, and a program's
+#: codelets repeat the same few hundred operations on the same scalar types.
+_RESOLVED: dict[Any, dict[tuple, Any]] = {}
+
+
 class _Typer:
     """Types a codelet's body: a variable's type is the unification of every value assigned to it,
     found by typing the whole body again until no variable's type changes (as Numba's loop phis do)."""
@@ -91,7 +97,7 @@ class _Typer:
         self.typed = _Typed(dict(arguments))
         self.arguments = set(arguments)
         self.returns: types.Type | None = None
-        self._resolved: dict[tuple, Any] = {}
+        self._resolved = _RESOLVED.setdefault(typing, {})
 
     def run(self, body: list[ast.stmt]) -> _Typed:
         for _ in range(8):
@@ -325,6 +331,7 @@ class _Writer:
         self.builder = ir.IRBuilder(function.append_basic_block("entry"))
         self.slots: dict[str, ir.Value] = {}
         self.arrays: dict[str, tuple[ir.Value, types.Type]] = {}
+        self._value_types: dict[types.Type, ir.Type] = {}  # why: Numba's data-model lookup is slow
         for (name, t), value in zip(arguments.items(), function.args):
             if isinstance(t, types.Array):
                 self.arrays[name] = (array_data(self.builder, value), t.dtype)
@@ -336,8 +343,11 @@ class _Writer:
                 self.slots[name] = self.slot(t)
 
     def slot(self, t: types.Type) -> ir.Value:
+        value_type = self._value_types.get(t)
+        if value_type is None:
+            value_type = self._value_types[t] = self.context.get_value_type(t)
         with self.builder.goto_entry_block():
-            return self.builder.alloca(self.context.get_value_type(t))
+            return self.builder.alloca(value_type)
 
     def type_of(self, node: ast.expr) -> types.Type:
         return self.typed.values[id(node)]

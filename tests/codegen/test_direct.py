@@ -101,6 +101,21 @@ def test__float_arithmetic__equals_numba_compiled_source(x: float, y: float) -> 
     assert compiled(x, y) == numba_fn(x, y)
 
 
+def test__operations__are_typed_once_per_process_not_once_per_codelet(monkeypatch) -> None:
+    compile_direct(INTEGERS, "f", (types.int64, types.int64))  # types its operations (unless another test did)
+    typing = cpu_target.typing_context
+    resolve, resolved = typing.resolve_function_type, []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        resolved.append(args[0])
+        return resolve(*args, **kwargs)
+
+    monkeypatch.setattr(typing, "resolve_function_type", counted)
+    again, _library = compile_direct(INTEGERS.replace("def f(", "def f_again("), "f_again", (types.int64, types.int64))
+    assert resolved == [], "a codelet of the same operations on the same types asks Numba for none of them"
+    assert again(17, -5) == python_function(INTEGERS, "f")(17, -5)
+
+
 def test__loop_carried_variable__takes_the_unified_type_of_its_assignments() -> None:
     # acc starts as float32 and is assigned float32 + float64: Numba makes it float64 throughout
     source = textwrap.dedent("""
