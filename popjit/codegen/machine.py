@@ -16,7 +16,8 @@ Nothing in the global context is touched by them.
 
 The optimisation is Numba's: the function passes ``CodeLibrary.add_ir_module`` runs on each added
 module, then its "cheap" module pipeline (inlining, for reference-count pruning) and its full one,
-with Numba's options and target machine settings, as Numba's ``finalize`` runs them. One step of
+with Numba's options and target machine settings, as Numba's ``finalize`` runs them, except that a part
+of codelets written as IR runs the full pipeline at LLVM's level 2 (:data:`CODELET_LEVEL`). One step of
 Numba's is left out, for compile time: loop strength reduction, in code emission (``-disable-lsr``
 while a part is emitted), which searched the codelets' many address streams for 0.45 s of the Keras
 CNN's 2.6 s of LLVM time, with its epochs no slower.
