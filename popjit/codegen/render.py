@@ -699,6 +699,7 @@ def _packed_rows(k: Kernel, body: _Body, fp: _FloatPoint, out: str, row: str, si
     The comparisons are those of :func:`_gathering_rows`, on the same values."""
     (store,) = k.stores
     first = _Body(body.params, body.hoisted, fp=fp, prefix="w")  # why w: body's v0 may be an index
+    first.hoist_memo = body.hoist_memo  # why: one hoisted block, so one name for each constant or load
     v0 = first.expr(Substitute({IVar("r0"): ILin()}).expr(store.value))
     v = body.expr(store.value)
     start = [f"for {row} in range({size}):", *_indent(first.lines, 1),

@@ -5,6 +5,8 @@ dtype, on one thread and split over threads."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -165,3 +167,16 @@ def test__a_gathering_argmax__reads_the_best_value_again_in_the_row_loop() -> No
     np.testing.assert_array_equal(fn(x).numpy(), want)
     row = "\n".join(_row_loop_lines(codelets(fn, x)))
     assert "bi = " in row and "bi*" in row, "the best value read at the index kept so far, in the row loop"
+
+
+def test__a_packed_argmax_of_an_expression__hoists_each_constant_once() -> None:
+    # the first sweep (the window's first value) and the later ones read the same scale and constant: one
+    # hoisted block, so each is loaded under one name, whichever sweep meets it first
+    x = np.random.default_rng(0).standard_normal((3, 5, 7)).astype(np.float32)
+    scale = np.float32(3.0)
+    fn = tf.function(lambda v, s: tf.argmax(v * s - 1.0, axis=1), jit_compile=True)
+    np.testing.assert_array_equal(fn(x, scale).numpy(), np.argmax(x * scale - np.float32(1.0), axis=1))
+    source = fn.get_concrete_function(x, scale).executable("/device:CPU:0").as_text("codelets")
+    row = next(c for c in source.split("\ndef ") if "packed = " in c)
+    hoisted = [line.split(" = ")[0].strip() for line in row.splitlines() if re.match(r"\s+c\d+ = ", line)]
+    assert hoisted and len(hoisted) == len(set(hoisted)), row
