@@ -92,7 +92,13 @@ def _own_running(proc: Path) -> int:
 def cores_to_spare(threads: int, others: float | None) -> bool:
     """Whether ``threads`` threads of popjit's pool would each have a core of their own beside ``others``
     runnable threads of other processes (:func:`runnable_elsewhere`; None: unknown, so no)."""
-    return others is not None and others + threads <= (os.cpu_count() or 1)
+    return others is not None and others + threads <= machine_cores()
+
+
+@functools.lru_cache(maxsize=1)
+def machine_cores() -> int:
+    """The machine's cores (read once: ``os.cpu_count`` took microseconds of every engine run)."""
+    return os.cpu_count() or 1
 
 
 #: How long (seconds) popjit trusts its last look at whether other processes need the cores

@@ -34,9 +34,15 @@ def _padded(nbytes: int) -> int:
 
 def _aligned_bytes(nbytes: int) -> np.ndarray:
     """``nbytes`` uninitialised bytes starting on a cache line (a view into a slightly larger allocation)."""
+    return _aligned_block(nbytes)[0]
+
+
+def _aligned_block(nbytes: int) -> tuple[np.ndarray, int]:
+    """:func:`_aligned_bytes` and the address of its first byte."""
     raw = np.empty(nbytes + CACHE_LINE, np.uint8)
-    start = -raw.ctypes.data % CACHE_LINE
-    return raw[start:start + nbytes]
+    address = raw.ctypes.data
+    start = -address % CACHE_LINE
+    return raw[start:start + nbytes], address + start
 
 
 def aligned_empty(shape: int | tuple[int, ...], dtype: Any) -> np.ndarray:
@@ -68,8 +74,10 @@ class AlignedLayout:
         """New uninitialised buffers, one per size given, and the addresses of their data (``uintp``): the
         block's address plus each buffer's offset, where :func:`data_addresses` would read each buffer's
         (an empty buffer's is where it would start, which nothing reads)."""
-        block = _aligned_bytes(self._total)
-        return [block[lo:hi].view(dtype) for lo, hi, dtype in self._parts], block.ctypes.data + self._offsets
+        if not self._parts:  # why: most programs have no outfeed, and reading an address costs microseconds
+            return [], self._offsets
+        block, address = _aligned_block(self._total)
+        return [block[lo:hi].view(dtype) for lo, hi, dtype in self._parts], address + self._offsets
 
 
 def data_addresses(arrays: Sequence[np.ndarray]) -> np.ndarray:

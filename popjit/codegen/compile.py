@@ -156,24 +156,27 @@ class Engine:
 
     def __call__(self, buffers: Sequence[np.ndarray], ints: np.ndarray, floats: np.ndarray, stop: np.ndarray,
                  state: Sequence[np.ndarray] = (), program: str | None = None,
-                 store: LibraryStore | None = None, addresses: np.ndarray | None = None) -> int:
+                 store: LibraryStore | None = None, addresses: np.ndarray | None = None,
+                 kind: tuple | None = None, sizes: np.ndarray | None = None) -> int:
         """Run on ``buffers``, linking first on a new kind of buffers (:meth:`link`), with OpenBLAS's
         thread count at 1: every gemm is a serial call unless it raises the count itself
         (:func:`popjit.kernels.matmul._threads_for`), and a split product's pieces run on popjit's threads,
         or on the calling one while other processes need the cores (:func:`threads_for_host`). ``addresses``:
-        the buffers' data addresses, when the caller has them (compiled engines take them as they are)."""
-        function, callees, _ = self.link(buffers, program, store)
-        known = {"addresses": addresses} if addresses is not None and isinstance(function, NativeEngine) else {}
+        the buffers' data addresses, when the caller has them (compiled engines take them as they are);
+        ``kind`` and ``sizes``: the buffers' :func:`buffer_kind` and :func:`~popjit.codegen.native.buffer_sizes`,
+        when the caller knows them."""
+        function, callees, _ = self.link(buffers, program, store, kind)
+        known = {"addresses": addresses, "sizes": sizes} if isinstance(function, NativeEngine) else {}
         with blas_threads(1), threads_for_host():
             return function(*buffers, ints, floats, stop, *state, callees, **known)
 
     def link(self, buffers: Sequence[np.ndarray], program: str | None = None,
-             store: LibraryStore | None = None) -> tuple[Any, Any, Any]:
+             store: LibraryStore | None = None, kind: tuple | None = None) -> tuple[Any, Any, Any]:
         """The engine's machine code for this kind of buffers (their dtypes; not their writability, see
         :func:`_buffer_type`), compiled or loaded on first use: the function, ``K``, and what owns ``K``'s
         machine code. ``program``: the name its compile phases are logged under (the engine's own by
         default); ``store``: where the program keeps its machine code, if not in the program library cache."""
-        key = tuple(b.dtype.num for b in buffers)
+        key = buffer_kind(buffers) if kind is None else kind
         linked = self._linked.get(key)
         if linked is None:
             linked = self._linked[key] = self._link(buffers, program or self.src.name, store)
@@ -199,6 +202,11 @@ class Engine:
         compiled = iter(library.addresses)
         addresses = [host.lookup(c.name).address if host.is_host(c.name) else next(compiled) for c in self.src.callees]
         return NativeEngine(self.src, library.engine), np.array(addresses, dtype=np.int64), library
+
+
+def buffer_kind(buffers: Sequence[np.ndarray]) -> tuple[int, ...]:
+    """What an engine's machine code depends on in its buffers: their element types."""
+    return tuple(b.dtype.num for b in buffers)
 
 
 #: Engines kept (least recently used dropped first); executables hold theirs regardless.

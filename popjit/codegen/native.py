@@ -98,19 +98,40 @@ class NativeEngine:
         self.name = src.name
         self.buffers = len(src.arguments)
         self._function = _SIGNATURE(address)
+        self._held: dict[int, tuple[np.ndarray, int]] = {}
 
-    def __call__(self, *args: Any, addresses: np.ndarray | None = None) -> int:
-        """Run on ``args`` (buffers, P, F, S, [R], K); ``addresses``: the buffers' data addresses, when the
-        caller has them (:func:`~popjit.buffers.data_addresses` otherwise)."""
+    def __call__(self, *args: Any, addresses: np.ndarray | None = None, sizes: np.ndarray | None = None) -> int:
+        """Run on ``args`` (buffers, P, F, S, [R], K); ``addresses``: the buffers' data addresses, and
+        ``sizes`` their element counts (int64), when the caller has them (read here otherwise)."""
         n = self.buffers
         buffers, (ints, floats, stop), rest = args[:n], args[n:n + 3], args[n + 3:]
         rounding = rest[0] if len(rest) == 2 else None
         callees = rest[-1]
         data = data_addresses(buffers) if addresses is None else addresses
-        sizes = np.array([b.size for b in buffers], dtype=np.int64)
-        return int(self._function(data.ctypes.data, sizes.ctypes.data, ints.ctypes.data, floats.ctypes.data,
-                                  stop.ctypes.data, None if rounding is None else rounding.ctypes.data,
-                                  callees.ctypes.data))
+        if sizes is None:
+            sizes = buffer_sizes(buffers)
+        at = self._address
+        return int(self._function(data.ctypes.data, at(sizes), at(ints), at(floats), at(stop),
+                                  None if rounding is None else rounding.ctypes.data, at(callees)))
+
+    def _address(self, array: np.ndarray) -> int:
+        """The address of ``array``'s data, remembered for arrays that come back run after run (the
+        parameters, the callees, the stop flag). why: ``ndarray.ctypes`` takes about 1.5 us a read."""
+        held = self._held.get(id(array))
+        if held is None or held[0] is not array:  # why the identity: a new array may reuse a freed one's id
+            if len(self._held) >= _ADDRESSES_HELD:
+                self._held.clear()
+            held = self._held[id(array)] = (array, array.ctypes.data)
+        return held[1]
+
+
+#: Arrays whose addresses an engine remembers (:meth:`NativeEngine._address`), at most.
+_ADDRESSES_HELD = 32
+
+
+def buffer_sizes(buffers: Sequence[np.ndarray]) -> np.ndarray:
+    """The element counts of an engine's buffers, as its ``sizes`` argument takes them."""
+    return np.array([b.size for b in buffers], dtype=np.int64)
 
 
 def _ceil_div(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:

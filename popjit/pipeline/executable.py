@@ -23,8 +23,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from popjit.buffers import AlignedLayout, aligned_empty, data_addresses
+from popjit.codegen.compile import buffer_kind
 from popjit.codegen.engine import COLLECTIVE_CALLEE, EngineSource, storage_dtype
 from popjit.codegen.library import LibraryStore
+from popjit.codegen.native import buffer_sizes
 from popjit.codegen.numerics import TRAPPED, trap_names
 from popjit.errors import FailedPreconditionError, InternalError
 from popjit.ir.graph import Graph
@@ -42,9 +44,44 @@ def device_view(array: np.ndarray, buf: Buffer, in_place: bool = False) -> np.nd
     copy: ``array`` has to be C-contiguous already."""
     if in_place:
         assert array.flags.c_contiguous, "a variable's buffer must be C-contiguous: the engine updates it in place"
+    return _flat_view(array, storage_dtype(buf.dtype))
+
+
+def _flat_view(array: np.ndarray, want: np.dtype) -> np.ndarray:
+    """:func:`device_view` with the storage type known."""
     flat = np.ascontiguousarray(array).reshape(-1)
-    want = storage_dtype(buf.dtype)
     return flat if flat.dtype == want else flat.view(want)
+
+
+@dataclass(frozen=True)
+class _BufferKinds:
+    """An executable's buffers by kind, each with its storage type (:func:`storage_dtype`); the constants'
+    addresses; the layouts (:func:`_layout`) of a run's results and of its outfeeds' buffers."""
+
+    args: list[tuple[Buffer, np.dtype]]
+    variables: list[tuple[Buffer, np.dtype]]
+    out_types: list[np.dtype]
+    stream_in: list[tuple[Buffer, np.dtype]]
+    stream_out: list[tuple[Buffer, np.dtype]]
+    const_addresses: np.ndarray
+    outs_layout: AlignedLayout | None
+    stream_out_layout: AlignedLayout | None
+
+
+def _layout(bufs: Sequence[Buffer]) -> AlignedLayout | None:
+    """One allocation for new arrays of ``bufs``; None when one holds Python objects (strings), which NumPy
+    allocates itself. why one: reading each array's address from Python costs about 1.5 us."""
+    dts = [np.dtype(b.dtype.np) for b in bufs]
+    return None if any(d.hasobject for d in dts) else AlignedLayout([b.size for b in bufs], dts)
+
+
+def _allocated(bufs: Sequence[Buffer], layout: AlignedLayout | None) -> tuple[list[np.ndarray], np.ndarray | None]:
+    """New uninitialised arrays of ``bufs``' shapes, each starting on a cache line, and their addresses
+    when the allocation knows them."""
+    if layout is None:
+        return [aligned_empty(b.shape, b.dtype.np) for b in bufs], None
+    flat, at = layout.allocate()
+    return [f.reshape(b.shape) for f, b in zip(flat, bufs)], at
 
 
 class HostFeeds(Protocol):
@@ -83,6 +120,7 @@ class Executable:
     library_store: LibraryStore | None = None  # where its machine code is kept (None: the program library cache)
     loaded: bool = False  # it came from the on-disk executable cache
     _const_views: list[np.ndarray] = field(default_factory=list)
+    _fixed: tuple[tuple[int, ...], np.ndarray] | None = None  # the buffers' kind and sizes (_call_engine)
 
     def __post_init__(self) -> None:
         self._const_views = [device_view(b.value, b) for b in self.program.consts]  # type: ignore[arg-type]
@@ -112,17 +150,18 @@ class Executable:
         Python host function performs them)."""
         p = self._check_feeds(feeds)
         fed = feeds.take_inputs(p) if p.stream_in else {}  # first: a dry infeed fails before anything runs
-        outs = [aligned_empty(b.shape, b.dtype.np) for b in p.outs]
-        drained = {b.uid: aligned_empty(b.shape, b.dtype.np) for b in p.stream_out}
-        buffers, addresses = self._buffers(args, variables, outs, fed, drained)
+        kinds = self._kinds
+        outs, outs_at = _allocated(p.outs, kinds.outs_layout)
+        drained_arrays, drained_at = _allocated(p.stream_out, kinds.stream_out_layout)
+        drained = {b.uid: d for b, d in zip(p.stream_out, drained_arrays)}
+        buffers, addresses = self._buffers(args, variables, outs, fed, drained, (outs_at, drained_at))
         state = self._rounding_state(rounding)
         saved = self._saved_state(variables, state)
-        with contextlib.ExitStack() as watch:
-            if stop is None:
-                watch.enter_context(engine_guard())
-                stop = watch.enter_context(interrupts.watching())
-            stopped = self.engine(buffers, self._ints(context), self.engine_source.floats, stop, state,
-                                  program=self.graph.name, store=self.library_store, addresses=addresses)
+        if stop is None:
+            with engine_guard(), interrupts.watching() as flag:
+                stopped = self._call_engine(buffers, addresses, state, context, flag)
+        else:
+            stopped = self._call_engine(buffers, addresses, state, context, stop)
         if stopped & TRAPPED:
             for buf, before in saved:
                 buf[...] = before
@@ -133,6 +172,15 @@ class Executable:
         if drained:
             feeds.deliver_outputs(p, drained)
         return outs
+
+    def _call_engine(self, buffers: list[np.ndarray], addresses: np.ndarray, state: tuple[np.ndarray, ...],
+                     context: int, stop: np.ndarray) -> int:
+        if self._fixed is None:  # why once: the buffers' dtypes and sizes are the program's
+            self._fixed = buffer_kind(buffers), buffer_sizes(buffers)
+        kind, sizes = self._fixed
+        return self.engine(buffers, self._ints(context), self.engine_source.floats, stop, state,
+                           program=self.graph.name, store=self.library_store, addresses=addresses,
+                           kind=kind, sizes=sizes)
 
     def _ints(self, context: int) -> np.ndarray:
         """The engine's ``P`` with the collectives' ``context`` in its slot."""
@@ -154,7 +202,8 @@ class Executable:
         fed = {b.uid: np.zeros(b.shape, b.dtype.np) for b in p.stream_in}
         drained = {b.uid: np.zeros(b.shape, b.dtype.np) for b in p.stream_out}
         args = {b.binding: np.zeros(b.shape, b.dtype.np) for b in p.args}
-        self.engine.link(self._buffers(args, variables, outs, fed, drained)[0], self.graph.name, self.library_store)
+        buffers = self._buffers(args, variables, outs, fed, drained, (None, None))[0]
+        self.engine.link(buffers, self.graph.name, self.library_store)
         if drained and deliver:
             feeds.deliver_outputs(p, drained)
         return outs
@@ -168,18 +217,40 @@ class Executable:
         return p
 
     def _buffers(self, args: Any, variables: dict[int, np.ndarray], outs: list[np.ndarray],
-                 fed: dict[int, np.ndarray], drained: dict[int, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+                 fed: dict[int, np.ndarray], drained: dict[int, np.ndarray],
+                 allocated_at: tuple[np.ndarray | None, np.ndarray | None]) -> tuple[list[np.ndarray], np.ndarray]:
         """The engine's buffers, in its order (arguments, variables, constants, results, streams,
-        temporaries), and the addresses of their data."""
+        temporaries), and the addresses of their data. ``allocated_at``: those of ``outs`` and of
+        ``drained``, where their allocation knows them (None: read here)."""
+        kinds = self._kinds
+        given = [_flat_view(np.asarray(args[b.binding], dtype=b.dtype.np), want) for b, want in kinds.args]
+        for b, want in kinds.variables:
+            held = variables[b.binding]
+            assert held.flags.c_contiguous, "a variable's buffer must be C-contiguous: the engine updates it in place"
+            given.append(_flat_view(held, want))
+        results = [_flat_view(o, want) for o, want in zip(outs, kinds.out_types)]
+        streamed_in = [_flat_view(fed[b.uid], want) for b, want in kinds.stream_in]
+        streamed_out = [_flat_view(drained[b.uid], want) for b, want in kinds.stream_out]
+        temporaries, temporaries_at = self._temporaries.allocate()
+        outs_at, drained_at = allocated_at
+        addresses = np.concatenate((data_addresses(given), kinds.const_addresses,
+                                    data_addresses(results) if outs_at is None else outs_at,
+                                    data_addresses(streamed_in),
+                                    data_addresses(streamed_out) if drained_at is None else drained_at,
+                                    temporaries_at))
+        return [*given, *self._const_views, *results, *streamed_in, *streamed_out, *temporaries], addresses
+
+    @functools.cached_property
+    def _kinds(self) -> _BufferKinds:
+        """The engine's buffers by kind (fixed for the executable, so looked up once)."""
         p = self.program
-        buffers = [device_view(np.asarray(args[b.binding], dtype=b.dtype.np), b) for b in p.args]
-        buffers += [device_view(variables[b.binding], b, in_place=True) for b in p.variables]
-        buffers += self._const_views
-        buffers += [device_view(o, b) for o, b in zip(outs, p.outs)]
-        buffers += [device_view(fed[b.uid], b) for b in p.stream_in]
-        buffers += [device_view(drained[b.uid], b) for b in p.stream_out]
-        temporaries, their_addresses = self._temporaries.allocate()
-        return buffers + temporaries, np.concatenate((data_addresses(buffers), their_addresses))
+
+        def stored(bufs: Sequence[Buffer]) -> list[tuple[Buffer, np.dtype]]:
+            return [(b, storage_dtype(b.dtype)) for b in bufs]
+
+        return _BufferKinds(stored(p.args), stored(p.variables), [storage_dtype(b.dtype) for b in p.outs],
+                            stored(p.stream_in), stored(p.stream_out), data_addresses(self._const_views),
+                            _layout(p.outs), _layout(p.stream_out))
 
     @functools.cached_property
     def _temporaries(self) -> AlignedLayout:

@@ -45,6 +45,7 @@ CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
 _IPU_RE = re.compile(r"(?:^|/)device:IPU:(\d+)$", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=256)
 def canonical(name: str | None) -> str:
     """``'/device:IPU:0'`` → ``'/job:localhost/replica:0/task:0/device:IPU:0'``; ``'cpu'`` → CPU:0."""
     if not name:

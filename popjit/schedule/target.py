@@ -78,6 +78,12 @@ class Target:
     link_bytes_per_second: float = 32e9
     link_latency_cycles: int = 700
 
+    def __hash__(self) -> int:
+        """A hash of the fields that tell targets apart in practice (equal targets hash alike). why not
+        the dataclass's: each program run looks its executable up by target, and hashing every field,
+        the plan options' too, took microseconds of it."""
+        return hash((self.version, self.tiles, self.num_ipus, self.replicas, self.ipu_model))
+
     def vector_width(self, dtype: DType) -> int:
         """Elements per 64-bit data-path operation (Poplar ``getVectorWidth``): float 2, half 4,
         int32 2, 8-bit types 8, 64-bit types 1."""

@@ -164,3 +164,48 @@ def test__engine_ir__reads_each_argument_through_one_cast_per_element_type():
     assert 7 <= len(of_arguments) <= 7 * len(_ELEMENT_TYPES)
     reads = body.count("getelementptr i64, i64*") + body.count("getelementptr i8*, i8**")
     assert reads > len(of_arguments), "the engine reads its arguments more often than it casts them"
+
+
+def _ctypes_reads(run) -> int:
+    """How many times ``run()`` reads an array's address through ``ndarray.ctypes`` (about 1.5 us each)."""
+    import cProfile
+    import pstats
+
+    code = type(np.zeros(1).ctypes).__init__.__code__
+    profile = cProfile.Profile()
+    profile.runcall(run)
+    stats = pstats.Stats(profile).stats
+    return sum(calls for (file, line, name), (calls, *_) in stats.items()
+               if (file, line, name) == (code.co_filename, code.co_firstlineno, code.co_name))
+
+
+def test__a_run__reads_addresses_only_of_the_arrays_that_are_new_to_it():
+    """The engine's parameters, callees, stop flag and buffer sizes come back run after run, and a run's results
+    and temporaries are each one allocation: a run reads the addresses of its arguments and variables, of those
+    two allocations, and of the address array it builds, no more."""
+    w, v = tf.Variable(np.ones((5, 3), np.float32)), tf.Variable(np.zeros(3, np.float32))
+
+    @tf.function(jit_compile=True)
+    def step(x, y):
+        w.assign_sub(0.01 * tf.matmul(x, w))
+        v.assign_add(tf.reduce_sum(w, axis=0))
+        return tf.tanh(tf.matmul(x, w)) + y, tf.reduce_max(x)
+
+    x, y = np.eye(5, dtype=np.float32), np.ones(3, np.float32)
+    step(x, y)
+    executable = step.get_concrete_function(x, y).executable("cpu")
+    assert len(executable.program.temps) > 0
+    reads = _ctypes_reads(lambda: step(x, y))
+    arrays_new_to_each_run = 2 + 2 + 2 + 1  # arguments, variables, results and temporaries, the addresses
+    assert reads <= arrays_new_to_each_run, f"{reads} address reads for one run"
+
+
+def test__an_engine_s_remembered_addresses__follow_the_array_not_its_id():
+    from popjit.codegen.native import _ADDRESSES_HELD, NativeEngine
+
+    engine = NativeEngine.__new__(NativeEngine)
+    engine._held = {}
+    for size in range(3 * _ADDRESSES_HELD):  # why many: a freed array's id is soon another's
+        array = np.zeros(size + 1)
+        assert engine._address(array) == array.ctypes.data
+        assert len(engine._held) <= _ADDRESSES_HELD

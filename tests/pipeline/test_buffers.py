@@ -110,3 +110,30 @@ def test__an_engine__gets_aligned_results_and_temporaries() -> None:
     for _ in range(3):
         want = want - 0.1 * np.maximum(x, 0).astype(np.float64) @ want
     np.testing.assert_allclose(product.numpy(), x @ want, rtol=1e-4, atol=1e-5)
+
+
+def test__a_run_s_results__are_separate_and_new_each_run() -> None:
+    """A run's results share one allocation (their addresses come from it), yet none overlaps another, and
+    a later run never writes into the results an earlier one returned."""
+
+    @tf.function(jit_compile=True)
+    def three(x):
+        return x * 2.0, tf.reduce_sum(x), tf.cast(x > 0, tf.int32)
+
+    x = np.linspace(-1, 1, 37, dtype=np.float32)
+    first = [r.numpy() for r in three(x)]
+    second = [r.numpy() for r in three(x + 1)]
+    assert all(is_aligned(r) for r in first + second)
+    for a, b in zip(first, second):
+        assert not np.shares_memory(a, b), "a run wrote into an earlier run's result"
+    for i, a in enumerate(first):
+        assert not any(np.shares_memory(a, b) for b in first[i + 1:]), "two results overlap"
+    np.testing.assert_array_equal(first[0], x * 2)
+    np.testing.assert_allclose(first[1], x.sum(), atol=1e-5)
+    np.testing.assert_array_equal(first[2], (x > 0).astype(np.int32))
+    np.testing.assert_array_equal(second[0], (x + 1) * 2)
+
+
+def test__an_empty_layout__allocates_nothing() -> None:
+    buffers, addresses = AlignedLayout([], []).allocate()
+    assert buffers == [] and addresses.dtype == np.uintp and addresses.size == 0

@@ -441,3 +441,23 @@ def test__popjit_cache_info_list_clear__cover_the_flag_directory(tmp_path):
     cleared = popjit_cache(["clear"], executables, code).stdout
     assert "removed 2 programs (" in cleared
     assert [p.name for p in executables.iterdir()] == ["notes.txt"]
+
+
+def test__targets_differing_only_in_a_figure_the_hash_leaves_out__are_different_cache_keys():
+    """A target's hash reads a few of its fields (each run looks its executable up by target): targets that
+    differ elsewhere hash alike but stay different keys, so each compiles its own executable."""
+    from dataclasses import replace
+
+    base = make_target()
+    slower = replace(base, exchange_bytes_per_cycle=base.exchange_bytes_per_cycle * 2)
+    assert hash(slower) == hash(base) and slower != base
+
+    @tf.function(jit_compile=True)
+    def f(x):
+        return x * 3.0
+
+    graph = f.get_concrete_function(np.ones(4, np.float32)).graph
+    first = cache.compile_cached(graph, base)
+    assert cache.compile_cached(graph, base) is first
+    other = cache.compile_cached(graph, slower)
+    assert other is not first and other.target == slower
