@@ -27,6 +27,7 @@ Whether a product runs here or in the system BLAS is measured once per machine
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import numpy as np
 from llvmlite import ir
@@ -368,6 +369,57 @@ NR32, NR64 = panel_width(4), panel_width(8)
 pack_rows, pack_columns = _packer(True), _packer(False)
 
 
+def _entry_types(dtype: types.Type, count: int, arrays: tuple[int, ...], floats: tuple[int, ...] = ()) -> tuple:
+    """The types a kernel entry point of ``count`` parameters is compiled for: 1-D C-contiguous arrays of
+    ``dtype`` at ``arrays``, float64 at ``floats``, int64 elsewhere."""
+    array = types.Array(dtype, 1, "C")
+    return tuple(array if i in arrays else types.float64 if i in floats else types.int64 for i in range(count))
+
+
+def _entry_call(given: tuple, entry: Any, arrays: tuple[int, ...]) -> Any:
+    """The typing and code of an intrinsic calling a kernel entry point (``entry(dtype)``: its symbol and
+    types) with the arguments ``given``, declared in the caller, not linked into it (the code library loads
+    the entry point before the code calling it, :func:`~.jit.entry_called`), in the engine's calling
+    convention (arrays by pointer); None (no match) unless the arrays are 1-D of one dtype."""
+    dtype = given[arrays[0]].dtype if isinstance(given[arrays[0]], types.Array) else None
+    if any(not isinstance(given[i], types.Array) or given[i].ndim != 1 or given[i].dtype != dtype for i in arrays):
+        return None
+    symbol, expected = entry(dtype)
+
+    def codegen(context, builder, sig, args):
+        entry_called(symbol)
+        passed, parameters = [], []
+        for value, had, wanted in zip(args, sig.args, expected):
+            if isinstance(wanted, types.Array):  # why by pointer: the engine's convention (popjit.codegen.abi)
+                parameters.append(context.get_value_type(wanted).as_pointer())
+                # why as it is: every 1-D array's structure is alike, whatever its layout
+                passed.append(builder.bitcast(cgutils.alloca_once_value(builder, value), parameters[-1]))
+            else:
+                parameters.append(context.get_value_type(wanted))
+                passed.append(context.cast(builder, value, had, wanted))
+        function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, parameters), symbol)
+        return builder.call(function, passed)
+
+    return types.int64(*given), codegen
+
+
+#: The symbol of :func:`_pack`'s entry point for an element type (``…float32``), through which
+#: :func:`gemm_block` and the packing kernels call it (:func:`call_pack`).
+PACK_ENTRY = f"{ENTRY_PREFIX}pack."
+_PACK_ARRAYS = (0, 2)
+
+
+def pack_entry(dtype: types.Type) -> tuple[str, tuple]:
+    """The entry point of :func:`_pack` for elements of ``dtype``: its symbol and the types it is compiled for."""
+    return f"{PACK_ENTRY}{dtype}", _entry_types(dtype, 9, _PACK_ARRAYS)
+
+
+@intrinsic
+def _call_pack_entry(typingctx, dst, dst_at, src, at, stride, step, lines, width, kc):
+    """:func:`_pack` called through its entry point in the kernel library (:func:`_entry_call`)."""
+    return _entry_call((dst, dst_at, src, at, stride, step, lines, width, kc), pack_entry, _PACK_ARRAYS)
+
+
 @codelet(inline="always")
 def _pack_edge(dst, at, src, src_at, stride, step, count, width, kc):
     """A panel with fewer than ``width`` lines (``count``): the lines there are, zeros after."""
@@ -380,7 +432,7 @@ def _pack_edge(dst, at, src, src_at, stride, step, count, width, kc):
 def _pack(dst, dst_at, src, at, stride, step, lines, width, kc):
     """Pack ``lines`` lines (rows of A: ``width == MR``; columns of B: ``width == NR``), line ``r`` at
     ``src[at + r*stride]`` with its ``kc`` elements ``step`` apart, into panels of ``width`` lines from
-    ``dst[dst_at]`` on."""
+    ``dst[dst_at]`` on. Returns 0 (it is the kernel library's entry point :data:`PACK_ENTRY`)."""
     for first in range(0, lines, width):
         count = min(width, lines - first)
         start = at + first * stride
@@ -390,6 +442,14 @@ def _pack(dst, dst_at, src, at, stride, step, lines, width, kc):
             pack_rows(dst, dst_at + first * kc, src, start, stride, step, kc)
         else:
             pack_columns(dst, dst_at + first * kc, src, start, stride, step, kc)
+    return 0
+
+
+#: :func:`_pack` as the own gemm's kernels call it: through its entry point, compiled once per machine. why:
+#: its packers are large; each kernel calling it typed it through its dispatcher, whose machine code the
+#: kernel library never uses (1.1 s the first time a machine used the own gemm), and linked a copy of it
+#: that LLVM optimised again. Its callers are not kept in Numba's cache (see :data:`call_gemm_block`).
+call_pack = _pack if config.get("DISABLE_NUMBA") else _call_pack_entry
 
 
 @codelet(inline="always")
@@ -435,7 +495,7 @@ def _row_block(c, c_at, ldc, a, a_at, a_panel, rsa, csa, b, b_at, rsb, csb, pack
         for j0 in range(0, n, nr):
             cols = min(nr, n - j0)
             if cols < nr:
-                _pack(pb, np.int64(0), b, b_at + j0 * csb, csb, rsb, cols, np.int64(nr), kc)
+                call_pack(pb, np.int64(0), b, b_at + j0 * csb, csb, rsb, cols, np.int64(nr), kc)
                 panel, panel_at, panel_step = pb, 0, nr
             else:
                 panel, panel_at, panel_step = b, b_at + j0, rsb
@@ -444,7 +504,7 @@ def _row_block(c, c_at, ldc, a, a_at, a_panel, rsa, csa, b, b_at, rsb, csb, pack
                              c, c_at + r0 * ldc + j0, ldc, alpha, beta, min(MR, mc - r0), cols)
 
 
-@codelet
+@codelet(cache=False)  # why: it calls _pack's entry point (call_pack)
 def gemm_block(c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alpha, beta, pa, pb, pa_at, pb_at):
     """One thread's ``C = alpha * A @ B + beta * C`` of an ``m x n`` block, with ``A[i, p] =
     a[a_at + i*rsa + p*csa]``, ``B[p, j] = b[b_at + p*rsb + j*csb]``, ``C[i, j] = c[c_at + i*ldc + j]``;
@@ -464,7 +524,7 @@ def gemm_block(c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alph
         if pb_at < 0:
             b_slice = 0
             if pack_b:
-                _pack(pb, np.int64(0), b, b_at + p0 * rsb, csb, rsb, n, np.int64(nr), kc)
+                call_pack(pb, np.int64(0), b, b_at + p0 * rsb, csb, rsb, n, np.int64(nr), kc)
         for i0 in range(0, m, MC):
             mc = min(MC, m - i0)
             at = a_at + i0 * rsa + p0 * csa
@@ -472,7 +532,7 @@ def gemm_block(c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alph
             # lowering with three)
             src, src_at, panel, rs, cs = pa, pa_at + p0 * padded(m, MR) + i0 * kc, MR * kc, np.int64(1), np.int64(MR)
             if pa_at < 0 and pack_a:
-                _pack(pa, np.int64(0), a, at, rsa, csa, mc, np.int64(MR), kc)
+                call_pack(pa, np.int64(0), a, at, rsa, csa, mc, np.int64(MR), kc)
                 src_at = np.int64(0)
             elif pa_at < 0:
                 src, src_at, panel, rs, cs = a, at, MR * rsa, rsa, csa
@@ -491,39 +551,15 @@ _BLOCK_ARRAYS, _BLOCK_FLOATS = (0, 3, 7, 16, 17), (14, 15)
 def gemm_block_entry(dtype: types.Type) -> tuple[str, tuple]:
     """The entry point of :func:`gemm_block` for elements of ``dtype``: its symbol and the types it is
     compiled for (1-D C-contiguous arrays, int64 and float64), as :func:`call_gemm_block` calls it."""
-    array = types.Array(dtype, 1, "C")
-    kinds = [array if i in _BLOCK_ARRAYS else types.float64 if i in _BLOCK_FLOATS else types.int64
-             for i in range(20)]
-    return f"{GEMM_BLOCK_ENTRY}{dtype}", tuple(kinds)
+    return f"{GEMM_BLOCK_ENTRY}{dtype}", _entry_types(dtype, 20, _BLOCK_ARRAYS, _BLOCK_FLOATS)
 
 
 @intrinsic
 def _call_gemm_block_entry(typingctx, c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alpha, beta, pa,
                            pb, pa_at, pb_at):
-    """:func:`gemm_block` called through its entry point in the kernel library (the engine's calling
-    convention: arrays by pointer), declared here, not linked in (the code library loads the entry point
-    before the code calling it, :func:`~.jit.entry_called`)."""
+    """:func:`gemm_block` called through its entry point in the kernel library (:func:`_entry_call`)."""
     given = (c, c_at, ldc, a, a_at, rsa, csa, b, b_at, rsb, csb, m, n, k, alpha, beta, pa, pb, pa_at, pb_at)
-    if any(not isinstance(given[i], types.Array) or given[i].ndim != 1 or given[i].dtype != c.dtype
-           for i in _BLOCK_ARRAYS):
-        return None
-    symbol, expected = gemm_block_entry(c.dtype)
-
-    def codegen(context, builder, sig, args):
-        entry_called(symbol)
-        passed, parameters = [], []
-        for value, had, wanted in zip(args, sig.args, expected):
-            if isinstance(wanted, types.Array):  # why by pointer: the engine's convention (popjit.codegen.abi)
-                parameters.append(context.get_value_type(wanted).as_pointer())
-                # why as it is: every 1-D array's structure is alike, whatever its layout
-                passed.append(builder.bitcast(cgutils.alloca_once_value(builder, value), parameters[-1]))
-            else:
-                parameters.append(context.get_value_type(wanted))
-                passed.append(context.cast(builder, value, had, wanted))
-        entry = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, parameters), symbol)
-        return builder.call(entry, passed)
-
-    return types.int64(*given), codegen
+    return _entry_call(given, gemm_block_entry, _BLOCK_ARRAYS)
 
 
 #: :func:`gemm_block` as the drivers and computed products call it: through its entry point, compiled once
@@ -533,6 +569,15 @@ def _call_gemm_block_entry(typingctx, c, c_at, ldc, a, a_at, rsa, csa, b, b_at, 
 #: per process, and the engine links it from the kernel library): Numba's cache would load its machine
 #: code without loading the entry point first.
 call_gemm_block = gemm_block if config.get("DISABLE_NUMBA") else _call_gemm_block_entry
+
+
+def entry_kernel(symbol: str) -> tuple[Any, tuple]:
+    """The kernel behind the entry point ``symbol`` (:data:`GEMM_BLOCK_ENTRY` or :data:`PACK_ENTRY` and an
+    element type) and the types it is compiled for."""
+    for prefix, kernel, entry in ((GEMM_BLOCK_ENTRY, gemm_block, gemm_block_entry), (PACK_ENTRY, _pack, pack_entry)):
+        if symbol.startswith(prefix):
+            return kernel, entry(getattr(types, symbol.removeprefix(prefix)))[1]
+    raise KeyError(f"no kernel entry point {symbol!r}")
 
 
 @codelet(inline="always")
@@ -616,10 +661,10 @@ def _pack_panels(space, src, lines, k, stride, step, bs, width, lo, hi):
         for p0 in range(0, k, depth):
             kc = min(depth, k - p0)
             at, source = i * panels * width * k + p0 * panels * width + first * kc, i * bs + first * stride + p0 * step
-            _pack(space, at, src, source, stride, step, min(width, lines - first), np.int64(width), kc)
+            call_pack(space, at, src, source, stride, step, min(width, lines - first), np.int64(width), kc)
 
 
-@codelet
+@codelet(cache=False)  # why: it calls _pack's entry point (call_pack)
 def pack_a_panels(pa, a, batch, m, k, ta, a_bs, lo, hi):
     """Pack the ``MR``-row panels ``[lo, hi)`` of the ``batch * ceil(m / MR)`` of ``op(a)`` into ``pa``
     (``batch * padded(m, MR) * k`` elements), for :func:`gemm_columns_packed_a`."""
@@ -628,7 +673,7 @@ def pack_a_panels(pa, a, batch, m, k, ta, a_bs, lo, hi):
     return 0
 
 
-@codelet
+@codelet(cache=False)  # why: it calls _pack's entry point (call_pack)
 def pack_b_panels(pb, b, batch, n, k, tb, b_bs, lo, hi):
     """Pack the ``NR``-column panels ``[lo, hi)`` of the ``batch * ceil(n / NR)`` of ``op(b)`` into ``pb``
     (``batch * padded(n, NR) * k`` elements), for :func:`gemm_packed_b`."""

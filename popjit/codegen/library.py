@@ -561,13 +561,17 @@ class _EntryPoints:
             _NOTED = None
 
     def new(self) -> list[tuple[_Part, tuple[str]]]:
-        """The parts of the entry points called since the last time that are neither loaded nor written."""
+        """The parts of the entry points called since the last time that are neither loaded nor written,
+        each after those of the entry points it calls itself (loaded first: see :meth:`built`)."""
         parts = []
         for symbol in sorted(self.called - self.written):
+            if symbol in self.written:  # why: written meanwhile, as an entry point an earlier one calls
+                continue
             self.written.add(symbol)
             key = _entry_unit(symbol)[0]
             if not _UNITS.ready(key, kernel=True):
-                parts.append(_entry_part(symbol))
+                part = _entry_part(symbol)  # why first: compiling it notes the entry points it calls
+                parts += [*self.new(), part]
                 self.keys.add(key)
         return parts
 
@@ -596,11 +600,10 @@ def _entry_unit(symbol: str) -> tuple[str, Any, tuple]:
     # why here: importing the kernels compiles or loads them from the cache directory (see implicit.py)
     from popjit.kernels import gemm
 
-    dtype = getattr(numba.types, symbol.removeprefix(gemm.GEMM_BLOCK_ENTRY))
-    _, types = gemm.gemm_block_entry(dtype)
-    key = _unit_key(gemm.gemm_block, types, None, symbol)
+    fn, types = gemm.entry_kernel(symbol)
+    key = _unit_key(fn, types, None, symbol)
     assert key is not None
-    return key, gemm.gemm_block, types
+    return key, fn, types
 
 
 def _entries_declared(bitcode: bytes) -> list[str]:

@@ -16,7 +16,7 @@ import pytest
 
 import popjit.tensorflow as tf
 from popjit.codegen.library import GROUP_MAGIC, UNIT_MAGIC, _entry_unit
-from popjit.kernels.gemm import GEMM_BLOCK_ENTRY
+from popjit.kernels.gemm import GEMM_BLOCK_ENTRY, PACK_ENTRY
 from tests.helpers import run_program
 
 CODELETS = re.compile(r"machine code of '[^']+' in [\d.]+ s \((\d+) codelets? compiled, (\d+) from the cache")
@@ -170,7 +170,8 @@ def test__library_kernels__are_the_machines_kernel_library_which_a_new_program_l
     """Each library kernel is a group of its own, kept in ``kernels/`` apart from the codelets' units: a
     new program (the codelets' units gone too, as in the benchmark's cold first call) links the kernels
     compiled before and compiles only its codelets. Both packed drivers call ``gemm_block`` through its
-    entry point, a unit of its own and the only copy of it."""
+    entry point, a unit of its own and the only copy of it; it and the packing kernels call ``_pack`` through
+    its own."""
     cache, env = tmp_path / "cache", {"POPJIT_MATMUL": "popjit", "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
                                       "POPJIT_LOG": "info"}
 
@@ -184,17 +185,33 @@ def test__library_kernels__are_the_machines_kernel_library_which_a_new_program_l
     (generation,) = cache.glob("gen-*")
     kernels, codelets = (sorted((generation / d).glob("*.unit")) for d in ("kernels", "units"))
     assert len(list((generation / "kernels").glob("*.group"))) == len(kernels), "a group each"
-    entry = f"{_entry_unit(GEMM_BLOCK_ENTRY + 'float32')[0]}.unit"
-    assert entry in {k.name for k in kernels}, "the drivers call gemm_block's entry point, a unit of its own"
-    callees = [k for k in kernels if k.name != entry]
+    entries = {f"{_entry_unit(prefix + 'float32')[0]}.unit" for prefix in (GEMM_BLOCK_ENTRY, PACK_ENTRY)}
+    assert entries <= {k.name for k in kernels}, "gemm_block's and _pack's entry points are units of their own"
+    callees = [k for k in kernels if k.name not in entries]
     assert callees and codelets and cached == 0 and compiled == len(callees) + len(codelets)
     symbol = (GEMM_BLOCK_ENTRY + "float32").encode()
     groups = [g.read_bytes() for g in (generation / "kernels").glob("*.group")]
     copies = [g for g in groups if g.count(b"gemm_block") > g.count(symbol)]
     assert len(copies) == 1, "one copy of gemm_block for both drivers: the entry point"
+    packing = [g for g in groups if (PACK_ENTRY + "float32").encode() in g]
+    assert len(packing) >= 3, "gemm_block and the packing kernels call _pack's entry point, besides its own group"
     for program_files in ("units", "programs", "executables"):
         shutil.rmtree(generation / program_files)
     assert counts() == (len(codelets), len(callees))
+
+
+@pytest.mark.slow
+def test__the_own_gemms_first_use__compiles_no_kernel_through_its_dispatcher(tmp_path):
+    """On an empty cache the own gemm's kernels are compiled by Numba's pipeline into the kernel library only:
+    ``_pack``, called by ``gemm_block`` and the packing kernels through its entry point, is never typed through
+    its dispatcher, whose machine code nothing ran (1.1 s of the first use when each caller typed it)."""
+    probe = TALL_AND_WIDE + textwrap.dedent("""
+        from popjit.kernels import gemm
+        print(sorted(k.py_func.__name__ for k in (gemm._pack, gemm.gemm_block, gemm.pack_a_panels, gemm.pack_b_panels)
+                     if k.overloads))
+    """)
+    out = run_program(probe, tmp_path / "cache", POPJIT_MATMUL="popjit", NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    assert out.stdout.split() == ["ok", "[]"], out.stdout + out.stderr[-2000:]
 
 
 IMPLICIT_CONV = textwrap.dedent("""
