@@ -55,6 +55,24 @@ def aligned_empty(shape: int | tuple[int, ...], dtype: Any) -> np.ndarray:
     return _aligned_bytes(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
 
 
+def aligned_arrays(shapes: Sequence[tuple[int, ...]], dtypes: Sequence[Any]) -> tuple[list[np.ndarray], np.ndarray]:
+    """New arrays as :func:`aligned_empty` makes them, each its own allocation, and the addresses of their
+    data (``uintp``), read once each, as finding the alignment needs. why each its own: a run's results
+    are the user's, who may keep one and drop the others."""
+    arrays, addresses = [], []
+    for shape, dtype in zip(shapes, dtypes, strict=True):
+        dtype = np.dtype(dtype)
+        if dtype.hasobject:
+            array = np.empty(shape, dtype)
+            address = array.ctypes.data
+        else:
+            raw, address = _aligned_block(math.prod(shape) * dtype.itemsize)
+            array = raw.view(dtype).reshape(shape)
+        arrays.append(array)
+        addresses.append(address)
+    return arrays, np.array(addresses, dtype=np.uintp)
+
+
 class AlignedLayout:
     """Flat buffers of the given element counts and dtypes carved out of one allocation, each starting on
     a cache line. why one allocation: an engine's temporaries are allocated at every run, and finding an

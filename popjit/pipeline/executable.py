@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from popjit.buffers import AlignedLayout, aligned_empty, data_addresses
+from popjit.buffers import AlignedLayout, aligned_arrays, data_addresses
 from popjit.codegen.compile import buffer_kind
 from popjit.codegen.engine import COLLECTIVE_CALLEE, EngineSource, storage_dtype
 from popjit.codegen.library import LibraryStore
@@ -55,8 +55,8 @@ def _flat_view(array: np.ndarray, want: np.dtype) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _BufferKinds:
-    """An executable's buffers by kind, each with its storage type (:func:`storage_dtype`); the constants'
-    addresses; the layouts (:func:`_layout`) of a run's results and of its outfeeds' buffers."""
+    """An executable's buffers by kind, each with its storage type (:func:`storage_dtype`), and the constants'
+    addresses."""
 
     args: list[tuple[Buffer, np.dtype]]
     variables: list[tuple[Buffer, np.dtype]]
@@ -64,24 +64,11 @@ class _BufferKinds:
     stream_in: list[tuple[Buffer, np.dtype]]
     stream_out: list[tuple[Buffer, np.dtype]]
     const_addresses: np.ndarray
-    outs_layout: AlignedLayout | None
-    stream_out_layout: AlignedLayout | None
 
 
-def _layout(bufs: Sequence[Buffer]) -> AlignedLayout | None:
-    """One allocation for new arrays of ``bufs``; None when one holds Python objects (strings), which NumPy
-    allocates itself. why one: reading each array's address from Python costs about 1.5 us."""
-    dts = [np.dtype(b.dtype.np) for b in bufs]
-    return None if any(d.hasobject for d in dts) else AlignedLayout([b.size for b in bufs], dts)
-
-
-def _allocated(bufs: Sequence[Buffer], layout: AlignedLayout | None) -> tuple[list[np.ndarray], np.ndarray | None]:
-    """New uninitialised arrays of ``bufs``' shapes, each starting on a cache line, and their addresses
-    when the allocation knows them."""
-    if layout is None:
-        return [aligned_empty(b.shape, b.dtype.np) for b in bufs], None
-    flat, at = layout.allocate()
-    return [f.reshape(b.shape) for f, b in zip(flat, bufs)], at
+def _allocated(bufs: Sequence[Buffer]) -> tuple[list[np.ndarray], np.ndarray]:
+    """New uninitialised arrays of ``bufs``' shapes, each starting on a cache line, and their addresses."""
+    return aligned_arrays([b.shape for b in bufs], [b.dtype.np for b in bufs])
 
 
 class HostFeeds(Protocol):
@@ -150,9 +137,8 @@ class Executable:
         Python host function performs them)."""
         p = self._check_feeds(feeds)
         fed = feeds.take_inputs(p) if p.stream_in else {}  # first: a dry infeed fails before anything runs
-        kinds = self._kinds
-        outs, outs_at = _allocated(p.outs, kinds.outs_layout)
-        drained_arrays, drained_at = _allocated(p.stream_out, kinds.stream_out_layout)
+        outs, outs_at = _allocated(p.outs)
+        drained_arrays, drained_at = _allocated(p.stream_out)
         drained = {b.uid: d for b, d in zip(p.stream_out, drained_arrays)}
         buffers, addresses = self._buffers(args, variables, outs, fed, drained, (outs_at, drained_at))
         state = self._rounding_state(rounding)
@@ -249,8 +235,7 @@ class Executable:
             return [(b, storage_dtype(b.dtype)) for b in bufs]
 
         return _BufferKinds(stored(p.args), stored(p.variables), [storage_dtype(b.dtype) for b in p.outs],
-                            stored(p.stream_in), stored(p.stream_out), data_addresses(self._const_views),
-                            _layout(p.outs), _layout(p.stream_out))
+                            stored(p.stream_in), stored(p.stream_out), data_addresses(self._const_views))
 
     @functools.cached_property
     def _temporaries(self) -> AlignedLayout:

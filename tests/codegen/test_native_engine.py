@@ -180,9 +180,10 @@ def _ctypes_reads(run) -> int:
 
 
 def test__a_run__reads_addresses_only_of_the_arrays_that_are_new_to_it():
-    """The engine's parameters, callees, stop flag and buffer sizes come back run after run, and a run's results
-    and temporaries are each one allocation: a run reads the addresses of its arguments and variables, of those
-    two allocations, and of the address array it builds, no more."""
+    """The engine's parameters, callees, stop flag and buffer sizes come back run after run, a run's temporaries
+    are one allocation, and each result's address is read as its allocation is aligned: a run reads the
+    addresses of its arguments, variables and results, of its temporaries' block and of the address array it
+    builds, no more."""
     w, v = tf.Variable(np.ones((5, 3), np.float32)), tf.Variable(np.zeros(3, np.float32))
 
     @tf.function(jit_compile=True)
@@ -196,7 +197,7 @@ def test__a_run__reads_addresses_only_of_the_arrays_that_are_new_to_it():
     executable = step.get_concrete_function(x, y).executable("cpu")
     assert len(executable.program.temps) > 0
     reads = _ctypes_reads(lambda: step(x, y))
-    arrays_new_to_each_run = 2 + 2 + 2 + 1  # arguments, variables, results and temporaries, the addresses
+    arrays_new_to_each_run = 2 + 2 + 2 + 1 + 1  # arguments, variables, results, temporaries, the addresses
     assert reads <= arrays_new_to_each_run, f"{reads} address reads for one run"
 
 
