@@ -32,45 +32,36 @@ def _padded(nbytes: int) -> int:
     return -(-nbytes // CACHE_LINE) * CACHE_LINE
 
 
-def _aligned_bytes(nbytes: int) -> np.ndarray:
-    """``nbytes`` uninitialised bytes starting on a cache line (a view into a slightly larger allocation)."""
-    return _aligned_block(nbytes)[0]
-
-
 def _aligned_block(nbytes: int) -> tuple[np.ndarray, int]:
-    """:func:`_aligned_bytes` and the address of its first byte."""
+    """``nbytes`` uninitialised bytes starting on a cache line (a view into a slightly larger allocation),
+    and the address of the first."""
     raw = np.empty(nbytes + CACHE_LINE, np.uint8)
     address = raw.ctypes.data
     start = -address % CACHE_LINE
     return raw[start:start + nbytes], address + start
 
 
+def _aligned_array(shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, int]:
+    """:func:`aligned_empty` of ``shape`` and ``dtype``, and the address of its data."""
+    if dtype.hasobject:
+        array = np.empty(shape, dtype)
+        return array, array.ctypes.data
+    raw, address = _aligned_block(math.prod(shape) * dtype.itemsize)
+    return raw.view(dtype).reshape(shape), address
+
+
 def aligned_empty(shape: int | tuple[int, ...], dtype: Any) -> np.ndarray:
     """An uninitialised C-ordered array whose data starts on a cache line (:data:`CACHE_LINE`); NumPy's own
     alignment for an array of objects (strings), which no engine reads."""
-    dtype = np.dtype(dtype)
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    if dtype.hasobject:
-        return np.empty(shape, dtype)
-    return _aligned_bytes(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
+    return _aligned_array((shape,) if isinstance(shape, int) else tuple(shape), np.dtype(dtype))[0]
 
 
 def aligned_arrays(shapes: Sequence[tuple[int, ...]], dtypes: Sequence[Any]) -> tuple[list[np.ndarray], np.ndarray]:
     """New arrays as :func:`aligned_empty` makes them, each its own allocation, and the addresses of their
     data (``uintp``), read once each, as finding the alignment needs. why each its own: a run's results
     are the user's, who may keep one and drop the others."""
-    arrays, addresses = [], []
-    for shape, dtype in zip(shapes, dtypes, strict=True):
-        dtype = np.dtype(dtype)
-        if dtype.hasobject:
-            array = np.empty(shape, dtype)
-            address = array.ctypes.data
-        else:
-            raw, address = _aligned_block(math.prod(shape) * dtype.itemsize)
-            array = raw.view(dtype).reshape(shape)
-        arrays.append(array)
-        addresses.append(address)
-    return arrays, np.array(addresses, dtype=np.uintp)
+    made = [_aligned_array(tuple(shape), np.dtype(dtype)) for shape, dtype in zip(shapes, dtypes, strict=True)]
+    return [array for array, _ in made], np.array([address for _, address in made], dtype=np.uintp)
 
 
 class AlignedLayout:

@@ -42,13 +42,13 @@ def device_view(array: np.ndarray, buf: Buffer, in_place: bool = False) -> np.nd
 
     ``in_place``: the engine writes the result into ``array`` (a variable), so it must be a view, not a
     copy: ``array`` has to be C-contiguous already."""
+    return _flat_view(array, storage_dtype(buf.dtype), in_place)
+
+
+def _flat_view(array: np.ndarray, want: np.dtype, in_place: bool = False) -> np.ndarray:
+    """:func:`device_view` with the storage type known."""
     if in_place:
         assert array.flags.c_contiguous, "a variable's buffer must be C-contiguous: the engine updates it in place"
-    return _flat_view(array, storage_dtype(buf.dtype))
-
-
-def _flat_view(array: np.ndarray, want: np.dtype) -> np.ndarray:
-    """:func:`device_view` with the storage type known."""
     flat = np.ascontiguousarray(array).reshape(-1)
     return flat if flat.dtype == want else flat.view(want)
 
@@ -188,7 +188,8 @@ class Executable:
         fed = {b.uid: np.zeros(b.shape, b.dtype.np) for b in p.stream_in}
         drained = {b.uid: np.zeros(b.shape, b.dtype.np) for b in p.stream_out}
         args = {b.binding: np.zeros(b.shape, b.dtype.np) for b in p.args}
-        buffers = self._buffers(args, variables, outs, fed, drained, (None, None))[0]
+        allocated_at = data_addresses(outs), data_addresses(list(drained.values()))
+        buffers = self._buffers(args, variables, outs, fed, drained, allocated_at)[0]
         self.engine.link(buffers, self.graph.name, self.library_store)
         if drained and deliver:
             feeds.deliver_outputs(p, drained)
@@ -204,26 +205,20 @@ class Executable:
 
     def _buffers(self, args: Any, variables: dict[int, np.ndarray], outs: list[np.ndarray],
                  fed: dict[int, np.ndarray], drained: dict[int, np.ndarray],
-                 allocated_at: tuple[np.ndarray | None, np.ndarray | None]) -> tuple[list[np.ndarray], np.ndarray]:
+                 allocated_at: tuple[np.ndarray, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
         """The engine's buffers, in its order (arguments, variables, constants, results, streams,
         temporaries), and the addresses of their data. ``allocated_at``: those of ``outs`` and of
-        ``drained``, where their allocation knows them (None: read here)."""
+        ``drained``, as their allocation found them."""
         kinds = self._kinds
         given = [_flat_view(np.asarray(args[b.binding], dtype=b.dtype.np), want) for b, want in kinds.args]
-        for b, want in kinds.variables:
-            held = variables[b.binding]
-            assert held.flags.c_contiguous, "a variable's buffer must be C-contiguous: the engine updates it in place"
-            given.append(_flat_view(held, want))
+        given += [_flat_view(variables[b.binding], want, in_place=True) for b, want in kinds.variables]
         results = [_flat_view(o, want) for o, want in zip(outs, kinds.out_types)]
         streamed_in = [_flat_view(fed[b.uid], want) for b, want in kinds.stream_in]
         streamed_out = [_flat_view(drained[b.uid], want) for b, want in kinds.stream_out]
         temporaries, temporaries_at = self._temporaries.allocate()
         outs_at, drained_at = allocated_at
-        addresses = np.concatenate((data_addresses(given), kinds.const_addresses,
-                                    data_addresses(results) if outs_at is None else outs_at,
-                                    data_addresses(streamed_in),
-                                    data_addresses(streamed_out) if drained_at is None else drained_at,
-                                    temporaries_at))
+        addresses = np.concatenate((data_addresses(given), kinds.const_addresses, outs_at, data_addresses(streamed_in),
+                                    drained_at, temporaries_at))
         return [*given, *self._const_views, *results, *streamed_in, *streamed_out, *temporaries], addresses
 
     @functools.cached_property
