@@ -37,15 +37,11 @@ from numba.extending import intrinsic
 
 from popjit import config
 
-from .gemm_choice import MR, lanes, panel_vectors, panel_width
+from .gemm_choice import KC_MAX, MR, lanes, panel_vectors, panel_width
 from .jit import ENTRY_PREFIX, codelet, entry_called
 
 #: Rows per packed block of A (in L2).
 MC = 96
-#: ``k`` is cut into equal slices of at most this (a slice x NR panel of B stays in L1): 288 as one
-#: slice, not 256 + a short 32 that reads and writes C again for little work (a convolution's 3x3x32
-#: product on two threads: 65 -> 79 GFLOP/s).
-KC_MAX = 384
 #: With ``B`` packed, a micro-panel of ``A`` is multiplied by this many columns of ``B`` (a slice of at
 #: most ``KC_MAX x NC``, 384 KB of float32, stays in L2) before the next.
 NC = 256
@@ -694,6 +690,55 @@ def gemm_columns_packed_a(out, pa, b, batch, m, n, k, tb, b_bs, alpha, beta, lo,
 def gemm_packed_b(out, a, pb, batch, m, n, k, ta, a_bs, alpha, beta, lo, hi):
     """:func:`gemm` with every ``B`` packed already in ``pb`` (:func:`pack_b_panels`)."""
     _row_panels(out, a, pb, m, n, k, ta, False, a_bs, 0, alpha, beta, lo, hi, pb, True)
+    return 0
+
+
+@codelet(inline="always")
+def chunk_slices(u, chunks, slices):
+    """The slices ``[first, last)`` of the depth (as :func:`slice_depth` cuts it) in chunk ``u`` of ``chunks``."""
+    return u * slices // chunks, (u + 1) * slices // chunks
+
+
+@codelet(cache=False)  # why: it calls gemm_block's entry point (call_gemm_block)
+def gemm_depth(parts, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, chunks, lo, hi):
+    """A deep product's partial sums: for each of the chunks ``[lo, hi)`` of the ``batch * chunks`` there
+    are (product ``q // chunks``'s chunk ``q % chunks`` of whole slices of its depth, :func:`chunk_slices`),
+    ``parts[q*m*n:]`` = ``alpha * op(a) @ op(b)`` over that range of the depth; :func:`sum_depth` adds them.
+    Each slice is one :func:`gemm_block` call, so a chunk sums its slices as :func:`gemm` sums a product's."""
+    nr = NR32 if parts.itemsize == 4 else NR64
+    pa = aligned_space(MC * KC_MAX, parts)
+    pb = aligned_space(KC_MAX * padded(n, nr), parts)
+    rsa, csa = operand_strides(m, k, ta)
+    rsb, csb = operand_strides(k, n, tb)
+    step = slice_depth(k)
+    for q in range(lo, hi):
+        i = q // chunks
+        first, last = chunk_slices(q % chunks, chunks, (k + step - 1) // step)
+        for s in range(first, last):
+            p0 = s * step
+            call_gemm_block(parts, q * m * n, n, a, i * a_bs + p0 * csa, rsa, csa, b, i * b_bs + p0 * rsb, rsb, csb,
+                            m, n, min(step, k - p0), alpha, 0.0 if s == first else 1.0, pa, pb, np.int64(-1),
+                            np.int64(-1))
+    return 0
+
+
+@codelet
+def sum_depth(out, parts, batch, m, n, chunks, beta, lo, hi):
+    """Rows ``[lo, hi)`` of the ``batch * m`` rows of a deep product's ``C``: ``beta * C`` (``beta == 0``: ``C``
+    is not read) plus its chunks' partial sums (:func:`gemm_depth`), added in chunk order."""
+    size = m * n
+    for r in range(lo, hi):
+        at = (r // m * chunks * m + r % m) * n
+        row = out[r * n:(r + 1) * n]
+        if beta == 0:
+            row[:] = parts[at:at + n]
+        else:
+            for j in range(n):
+                row[j] = beta * row[j] + parts[at + j]
+        for u in range(1, chunks):  # why a row of C at a time, in place: vector loops (3x a sum per element)
+            chunk = parts[at + u * size:at + u * size + n]
+            for j in range(n):
+                row[j] += chunk[j]
     return 0
 
 

@@ -25,6 +25,7 @@ import json
 import math
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -57,6 +58,10 @@ _lock = threading.Lock()
 
 #: Rows of C in one of popjit's gemm micro-kernel blocks (its unit of work; see :mod:`.gemm`).
 MR = 6
+#: ``k`` is cut into equal slices of at most this (a slice x NR panel of B stays in L1): 288 as one
+#: slice, not 256 + a short 32 that reads and writes C again for little work (a convolution's 3x3x32
+#: product on two threads: 65 -> 79 GFLOP/s).
+KC_MAX = 384
 
 
 @functools.lru_cache(maxsize=1)
@@ -133,20 +138,58 @@ OWN_MAX_DEPTH_RATIO = 4
 def own_gemm_wins(batch: int, m: int, n: int, k: int) -> bool:
     """Whether a product runs on the own gemm under ``POPJIT_MATMUL=rules``: on a host with AVX-512 (the
     4-vector kernel, :func:`panel_vectors`) when its rows, columns and depth are each at least
-    :data:`OWN_MIN_SIDE` and its depth at most :data:`OWN_MAX_DEPTH_RATIO` times its longer side. Fixed
-    rules, not measurement, so that a program's results do not depend on what a machine measured.
+    :data:`OWN_MIN_SIDE`, and its depth at most :data:`OWN_MAX_DEPTH_RATIO` times its longer side or enough
+    more to be cut across it (:func:`splits_depth`). Fixed rules, not measurement, so that a program's
+    results do not depend on what a machine measured.
 
     why, measured on a 2-core Ice Lake (AVX-512) in an engine, each product's two programs interleaved,
     median GFLOP/s on the own gemm against OpenBLAS: W2's 256x1024x784, 256x1024x1024 (``B`` transposed
     too), 1024x1024x256 and 784x1024x256 (``A`` transposed) 159-190 against 130-141; 1024^3 248 against
     220; the Keras CNN's 3872x64x288 and 3872x288x64 (``B`` transposed) 117 and 134 against 96 and 106.
-    Not: its filter gradient 288x64x3872 (deep and narrow: 82 against 115), products 10 wide or deep
-    (W2's last layer: 18-23 against 18-40), an MLP's 32-row batches (W1: 37-40 ms a call against 32-34),
-    and AVX2 hosts, where its 12-accumulator kernel ran at 0.83-0.95x OpenBLAS on a 2-core Zen 3."""
-    return panel_vectors() == 4 and min(m, n, k) >= OWN_MIN_SIDE and k <= OWN_MAX_DEPTH_RATIO * max(m, n)
+    Not: products 10 wide or deep (W2's last layer: 18-23 against 18-40), an MLP's 32-row batches (W1:
+    37-40 ms a call against 32-34), and AVX2 hosts, where its 12-accumulator kernel ran at 0.83-0.95x
+    OpenBLAS on a 2-core Zen 3. The filter gradient 288x64x3872 (deep and narrow) ran at 82 against 115
+    cut by rows; cut across its depth, on a 2-core Emerald Rapids (AVX-512), the two kernels' calls
+    alternated 300 times in one process, median (best) GFLOP/s: 108 (122) against OpenBLAS split by rows 96
+    (107); 576x64x25088 94 (127) against 84 (127); 576x128x6272 114 (161) against 110 (167)."""
+    return panel_vectors() == 4 and min(m, n, k) >= OWN_MIN_SIDE and (k <= OWN_MAX_DEPTH_RATIO * max(m, n)
+                                                                      or splits_depth(m, n, k))
 
 
-def own_split(itemsize: int, batch: int, m: int, n: int, k: int) -> OwnSplit:
+#: A deep product is cut into at most this many chunks of its depth (:func:`depth_chunks`): its partial
+#: sums take this many times the space of ``C``.
+DEPTH_CHUNKS_MAX = 16
+
+
+def depth_slices(k: int) -> int:
+    """How many slices :func:`~.gemm.gemm_block` cuts a depth ``k`` into (equal ones of at most ``KC_MAX``)."""
+    step = -(-k // max(1, -(-k // KC_MAX)))
+    return -(-k // step)
+
+
+#: ... and into a multiple of this many. why: the chunks are the tasks, one a thread at a time; a 576x128x6272
+#: filter gradient in three ran at 139-163 GFLOP/s on two threads (one of them doing two), OpenBLAS split by
+#: rows at 151-197.
+DEPTH_CHUNKS_STEP = 4
+
+
+def depth_chunks(m: int, n: int, k: int) -> int:
+    """Chunks of whole slices the depth of a product deeper than :data:`OWN_MAX_DEPTH_RATIO` times its
+    longer side is cut into (1: it is not): each about that deep, as many as a multiple of
+    :data:`DEPTH_CHUNKS_STEP` needs, at most :data:`DEPTH_CHUNKS_MAX`. Fixed by the shape, not by the
+    threads, so that a program's sums are the same on any number of them."""
+    if k <= OWN_MAX_DEPTH_RATIO * max(m, n):
+        return 1
+    deep = -(-k // (OWN_MAX_DEPTH_RATIO * max(m, n)))
+    return min(depth_slices(k), DEPTH_CHUNKS_MAX, -(-deep // DEPTH_CHUNKS_STEP) * DEPTH_CHUNKS_STEP)
+
+
+def splits_depth(m: int, n: int, k: int) -> bool:
+    """Whether the own gemm runs the product over chunks of its depth (:class:`DepthSplit`)."""
+    return depth_chunks(m, n, k) > 1
+
+
+def own_split(itemsize: int, batch: int, m: int, n: int, k: int) -> OwnSplit | DepthSplit:
     """How the engine splits a product on the own gemm over its threads (:class:`OwnSplit`): across the
     longer side of ``C`` (``gemm`` over ``MR``-row panels, ``gemm_columns`` over ``NR``-column panels).
     why: each task packs what it cuts of one operand and reads all of the other; cut by rows, W2's
@@ -155,7 +198,10 @@ def own_split(itemsize: int, batch: int, m: int, n: int, k: int) -> OwnSplit:
     each task packing it again cost 10-25% of one-task speed at eight tasks (W2's products on one
     Ice Lake core, 115-118 against 128-132 GFLOP/s at 1024 columns, 90-106 at 1024 in sixteen). A
     product of one task runs the same way, packing the same once: two drivers fewer for Numba to
-    compile the first time a machine uses them (each takes it 3-9 s)."""
+    compile the first time a machine uses them (each takes it 3-9 s). A product deeper than
+    :data:`OWN_MAX_DEPTH_RATIO` times its longer side is cut across its depth instead (:func:`depth_split`)."""
+    if splits_depth(m, n, k):
+        return depth_split(batch, m, n, k)
     if m >= n:
         return packed_b_split(itemsize, batch, m, n, k)
     width = panel_width(itemsize)
@@ -177,12 +223,42 @@ def _pack_grain(panel_elements: int) -> int:
     return max(1, -(-PACKED_PER_TASK // panel_elements))
 
 
-def own_calls(plan: OwnSplit, product: list[Any], space: Any) -> list[tuple[str, list[Any], tuple[int, int]]]:
+class DepthSplit(NamedTuple):
+    """How the engine runs a deep product on the own gemm: ``gemm_depth`` over its ``units`` (``chunks``
+    chunks of the depth of each product of the batch), one a task, each into partial sums of its own in
+    ``space`` elements of the engine's scratch; then ``sum_depth`` adds them over the ``sum_units`` rows of
+    ``C``, ``sum_per_task`` a task."""
+
+    chunks: int
+    units: int
+    sum_units: int
+    sum_per_task: int
+    space: int
+
+
+def depth_split(batch: int, m: int, n: int, k: int) -> DepthSplit:
+    """The plan of a product cut across its depth (:func:`depth_chunks`). why: a deep, narrow product cut
+    by rows, as :func:`packed_b_split` cuts it, packs a few rows of ``A`` at a time: a convolution's filter
+    gradient (``patchesᵀ @ dy``, 288x64x3872 in the Keras CNN) gathered a few of each patch row's elements
+    per panel, and ran on two threads at about the speed of one (2-core Emerald Rapids, in an engine:
+    91-112 GFLOP/s against 74 on one thread; OpenBLAS split by rows 116-123). Each chunk reads its own rows
+    of ``patches`` and ``dy`` whole instead."""
+    chunks = depth_chunks(m, n, k)
+    return DepthSplit(chunks, batch * chunks, batch * m, _pack_grain(n * chunks), batch * chunks * m * n)
+
+
+def own_calls(plan: OwnSplit | DepthSplit, product: list[Any], space: Any,
+              number: Callable[[int], Any] = lambda v: v) -> list[tuple[str, list[Any], tuple[int, int]]]:
     """The calls that run a product as ``plan`` says, in order: each codelet of :mod:`.gemm`, its
     arguments before its range of panels, and its (units, units per task). ``product``: the arguments
     of :func:`~.gemm.gemm` (``out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta``), values or
-    the engine's text of them; ``space``: the scratch the packing writes."""
+    the engine's text of them; ``space``: the scratch the packing (or a depth split's partial sums) writes;
+    ``number``: how a count of the plan is given (the engine's text of it)."""
     out, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, beta = product
+    if isinstance(plan, DepthSplit):
+        chunks = number(plan.chunks)
+        return [("gemm_depth", [space, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, chunks], (plan.units, 1)),
+                ("sum_depth", [out, space, batch, m, n, chunks, beta], (plan.sum_units, plan.sum_per_task))]
     run = (plan.units, plan.per_task)
     if plan.packs == "pack_a_panels":
         return [packing_call(plan, space, a, batch, m, k, ta, a_bs),

@@ -295,8 +295,8 @@ class _Emitter(StmtVisitor):
             args += [str(n.nanoo), str(n.sr)] + (["R[0]", "R[1]", "R[2]"] if n.sr else ["0", "0", "0"])
         elif uses_own_gemm(storage_dtype(s.out.dtype), s.batch, s.m, s.n, s.k, s.ta, s.tb):
             plan = own_split(storage_dtype(s.out.dtype).itemsize, s.batch, s.m, s.n, s.k)
-            *packing, (fn, args, split) = own_calls(plan, args, self.scratch_space(s.out.dtype, plan.space))
-            for call in packing:
+            *first, (fn, args, split) = own_calls(plan, args, self.scratch_space(s.out.dtype, plan.space), self.int)
+            for call in first:
                 self.invoke_gemm_kernel(call, s.name)
             module = "popjit.kernels.gemm"
         elif fn in ("matmul_f32", "matmul_f64") and (parts := _blas_split(s.batch, s.m, s.n, s.k)) is not None:

@@ -43,7 +43,7 @@ from popjit.ir.loop import (
     ivar,
     row_major_strides,
 )
-from popjit.kernels.gemm_choice import uses_own_gemm
+from popjit.kernels.gemm_choice import splits_depth, uses_own_gemm
 from popjit.loop.passes import scatters
 
 #: The dtypes popjit's own gemm multiplies.
@@ -137,7 +137,8 @@ def _computed_operands(k: Kernel, block: list[Stmt], at: int, readers: list[Stmt
         where = next((j for j in range(at + 1, len(block)) if block[j] is s), None)
         if where is None or not isinstance(s, MatMul) or not _takes_as_a(s, buf, inputs):
             return {}
-        if by_rules and not uses_own_gemm(s.out.dtype.np, s.batch, s.m, s.n, s.k, s.ta, s.tb):
+        if by_rules and (not uses_own_gemm(s.out.dtype.np, s.batch, s.m, s.n, s.k, s.ta, s.tb)
+                         or splits_depth(s.m, s.n, s.k)):  # why: a computed operand's product is cut by rows
             return {}
         if any(w.writes() & inputs for between in block[at + 1:where] for w in between.walk()):
             return {}

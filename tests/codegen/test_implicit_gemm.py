@@ -18,7 +18,7 @@ import popjit.tensorflow as tf
 from popjit import config
 from popjit.codegen.implicit import split_domain
 from popjit.ir.loop import IVar, flat_index, ivar, row_major_strides
-from popjit.kernels.gemm_choice import own_gemm_wins
+from popjit.kernels.gemm_choice import own_gemm_wins, splits_depth
 from tests.ops.test_conv import GRADIENT_CASES, conv_by_loops, finite_difference
 
 
@@ -186,14 +186,14 @@ def test__by_default_patches_are_computed_where_the_own_gemm_runs_every_product_
 
 
 def test__under_the_matmul_rules_patches_are_computed_only_if_the_rules_give_all_their_readers_the_own_gemm():
-    """The Keras CNN's second convolution: its forward product passes the rules (on an AVX-512 host), its
-    filter's gradient, 288 x 64 and 3872 deep, does not; so inference computes the patches and training,
-    whose filter gradient reads them too, stores them. On other hosts neither passes."""
+    """The Keras CNN's second convolution: its forward product passes the rules (on an AVX-512 host); its
+    filter's gradient, 288 x 64 and 3872 deep, does too, but cut across its depth, which a computed
+    operand's product is not; so inference computes the patches and training, whose filter gradient reads
+    them too, stores them. On other hosts neither passes."""
     x = np.ones((32, 13, 13, 32), np.float32)
     w = np.ones((3, 3, 32, 64), np.float32)
     forward = own_gemm_wins(1, 32 * 11 * 11, 64, 288)
-    gradient = own_gemm_wins(1, 288, 64, 32 * 11 * 11)
-    assert not gradient
+    assert splits_depth(288, 64, 32 * 11 * 11)
     with config.context(MATMUL="rules"):
         assert _computed_products(_conv, x, w) == int(forward)
         assert _computed_products(_conv_step, x, w) == 0

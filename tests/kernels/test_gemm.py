@@ -28,12 +28,24 @@ from popjit.kernels.gemm import (
     gemm,
     gemm_columns,
     gemm_columns_packed_a,
+    gemm_depth,
     gemm_packed_b,
     pack_a_panels,
     pack_b_panels,
     slice_depth,
+    sum_depth,
 )
-from popjit.kernels.gemm_choice import grain, own_calls, own_split, panels, uses_own_gemm
+from popjit.kernels.gemm_choice import (
+    DEPTH_CHUNKS_MAX,
+    DepthSplit,
+    OwnSplit,
+    depth_slices,
+    grain,
+    own_calls,
+    own_split,
+    panels,
+    uses_own_gemm,
+)
 from popjit.pipeline import lower_graph, optimize_graph
 
 
@@ -252,7 +264,8 @@ def test__a_bad_popjit_matmul_value__names_the_choices(monkeypatch):
     ((1, 256, 1024, 784), True),  # W2's layers
     ((1, 1024, 1024, 1024), True),
     ((1, 3872, 288, 64), True),  # the Keras CNN's second convolution's input gradient
-    ((1, 288, 64, 3872), False),  # ... and its filter gradient: deeper than 4x its longer side
+    ((1, 288, 64, 3872), True),  # ... and its filter gradient, cut across its depth (4x its longer side)
+    ((1, 9, 32, 21632), False),  # its first convolution's: 9 rows
     ((1, 256, 10, 1024), False),  # a layer of 10 logits
     ((1, 32, 256, 784), False),  # an MLP's 32-row batch
     ((1, 1024, 1024, 10), False),  # a depth of 10
@@ -344,6 +357,84 @@ def test__a_training_step__gives_the_same_numbers_on_either_kernel():
 
 def product(x, w):
     return tf.matmul(x, w)
+
+
+def run_depth(out, a, b, batch, m, n, k, ta, tb, alpha, beta, chunks, cuts, sum_cuts):
+    """A product cut across its depth: ``gemm_depth`` over the ranges of chunks ``cuts``, then ``sum_depth``
+    over the ranges of rows ``sum_cuts``; the partial sums start as NaN (each must be written before read)."""
+    parts = np.full(batch * chunks * m * n, np.nan, out.dtype)
+    for lo, hi in itertools.pairwise(cuts):
+        gemm_depth(parts, a.reshape(-1), b.reshape(-1), batch, m, n, k, ta, tb, m * k, k * n, alpha, chunks, lo, hi)
+    for lo, hi in itertools.pairwise(sum_cuts):
+        sum_depth(out.reshape(-1), parts, batch, m, n, chunks, beta, lo, hi)
+
+
+@given(dtype=st.sampled_from([np.float32, np.float64]), batch=st.integers(1, 3), data=st.data(),
+       ta=st.booleans(), tb=st.booleans(), alpha=st.sampled_from([1.0, -0.5]), beta=st.sampled_from([0.0, 0.25]))
+def test__a_depth_split__equals_the_float64_product_with_the_same_bits_whatever_the_tasks(dtype, batch, data, ta, tb,
+                                                                                           alpha, beta):
+    nr = NR32 if dtype == np.float32 else NR64
+    m, n = data.draw(edges(nr)), data.draw(edges(nr))
+    k = data.draw(st.sampled_from([KC_MAX + 1, 2 * KC_MAX + 5, 5 * KC_MAX + 3]))
+    chunks = data.draw(st.integers(1, depth_slices(k)))
+    rng = np.random.default_rng(m * 10007 + n * 101 + k)
+    a, b = operands(rng, dtype, batch, m, n, k, ta, tb)
+    start = rng.uniform(-1, 1, (batch, m, n)).astype(dtype) if beta else np.full((batch, m, n), np.nan, dtype)
+    want = reference(a, b, ta, tb, alpha, beta, start)
+    whole = start.copy()
+    run_depth(whole, a, b, batch, m, n, k, ta, tb, alpha, beta, chunks, [0, batch * chunks], [0, batch * m])
+    tol = 2e-6 * k if dtype == np.float32 else 1e-13 * k
+    np.testing.assert_allclose(whole, want, rtol=tol, atol=tol)  # beta 0: the NaNs were never read
+    cut = start.copy()
+    inner = sorted(data.draw(st.lists(st.integers(0, batch * chunks), max_size=3)))
+    rows = sorted(data.draw(st.lists(st.integers(0, batch * m), max_size=3)))
+    cuts, sum_cuts = [0, *inner, batch * chunks], [0, *rows, batch * m]
+    run_depth(cut, a, b, batch, m, n, k, ta, tb, alpha, beta, chunks, cuts, sum_cuts)
+    np.testing.assert_array_equal(cut, whole)
+
+
+def test__a_depth_split_of_one_chunk__gives_the_bits_of_gemm():
+    """A chunk sums its slices as gemm sums a product's: one gemm_block call per slice, in order."""
+    rng = np.random.default_rng(5)
+    m, n, k = 40, 70, 3 * KC_MAX + 11
+    a, b = operands(rng, np.float32, 1, m, n, k, True, False)
+    by_gemm, by_depth = np.zeros((1, m, n), np.float32), np.zeros((1, m, n), np.float32)
+    run_gemm(by_gemm, a, b, 1, m, n, k, True, False, 0.5, 0.0, [0, panels(1, m)])
+    run_depth(by_depth, a, b, 1, m, n, k, True, False, 0.5, 0.0, 1, [0, 1], [0, m])
+    np.testing.assert_array_equal(by_depth, by_gemm)
+
+
+def test__a_product_deeper_than_four_times_its_longer_side__is_cut_across_its_depth():
+    plan = own_split(4, 1, 288, 64, 3872)  # the Keras CNN's filter gradient: 3872 / (4 * 288), 4 chunks
+    assert plan == DepthSplit(4, 4, 288, plan.sum_per_task, 4 * 288 * 64)
+    assert plan.sum_per_task * 64 * 4 >= gemm_choice.PACKED_PER_TASK > (plan.sum_per_task - 1) * 64 * 4
+    assert own_split(4, 2, 576, 128, 6272)[:2] == (4, 8), "2.7 deep: a multiple of four chunks, for each product"
+    assert own_split(8, 1, 64, 64, 8192).chunks == DEPTH_CHUNKS_MAX, "at most 16 (the partial sums' space)"
+    assert own_split(4, 1, 288, 64, 4 * 288).units == panels(1, 288), "4x exactly: cut by rows"
+    assert isinstance(own_split(4, 1, 64, 64, 300), OwnSplit), "one slice deep: nothing to cut"
+    calls = own_calls(plan, ["o", "a", "b", 1, 288, 64, 3872, "ta", "tb", "abs", "bbs", "al", "be"], "s", str)
+    assert calls == [("gemm_depth", ["s", "a", "b", 1, 288, 64, 3872, "ta", "tb", "abs", "bbs", "al", "4"], (4, 1)),
+                     ("sum_depth", ["o", "s", 1, 288, 64, "4", "be"], (288, plan.sum_per_task))]
+
+
+def filter_gradient(patches, dy):
+    return tf.matmul(patches, dy, transpose_a=True)
+
+
+def test__a_deep_product_in_a_program__sums_its_chunks_in_the_engines_scratch():
+    rng = np.random.default_rng(6)
+    k, m, n = 3000, 70, 64  # 3000 / (4 * 70): 11 deep, 12 chunks; 8 slices of 375: 8 chunks
+    patches, dy = rng.uniform(-1, 1, (k, m)).astype(np.float32), rng.uniform(-1, 1, (k, n)).astype(np.float32)
+    with config.context(MATMUL="popjit"):
+        step = tf.function(filter_gradient, jit_compile=True)
+        got = step(patches, dy).numpy()
+        source = step.get_concrete_function(patches, dy).executable("/device:CPU:0").engine_source
+    assert {"gemm_depth", "sum_depth"} <= {c.name for c in source.callees}
+    assert [(b.shape, b.dtype) for b in source.scratch] == [((8 * m * n,), tf.float32)]
+    want = np.zeros((1, m, n), np.float32)
+    run_depth(want, patches[None], dy[None], 1, m, n, k, True, False, 1.0, 0.0, 8, [0, 8], [0, m])
+    np.testing.assert_array_equal(got, want[0])
+    np.testing.assert_allclose(got, patches.T.astype(np.float64) @ dy, rtol=1e-4, atol=1e-4)
 
 
 def test__a_split_product_in_a_program__packs_into_the_engines_scratch_with_the_bits_of_one_task():
