@@ -82,6 +82,24 @@ class Convolution(_Throughput):
     track_conv_flops.unit = "GFLOP/s"
 
 
+class ConvolutionStep(_Throughput):
+    """(k) the same convolutions' training steps: the gradients of x and w, GFLOP/s (three products' worth)."""
+
+    params = [list(conv_workloads.STEP_IMPLS), list(conv_workloads.CONV_SIZES)]
+    param_names = ["framework", "shape"]
+
+    def setup(self, framework: str, shape: str) -> None:
+        self._prepare("convstep", framework, **conv_workloads.CONV_SIZES[shape])
+
+    def time_conv_step(self, framework: str, shape: str) -> None:
+        self.case.call()
+
+    def track_conv_step_flops(self, framework: str, shape: str) -> float:
+        return self._rate()
+
+    track_conv_step_flops.unit = "GFLOP/s"
+
+
 class Training(_Throughput):
     """(d) 100 SGD steps of the MLP 784-h1-h2-10 in one call (W1: batch 32, 256/128; W2: batch 256, 1024/1024)."""
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 COMPILERS = ("popjit", "tensorflow", "jax")
-SIZES = ("n", "iters", "m", "k", "batch", "h1", "h2", "steps", "model")  # the size arguments of the workloads
+SIZES = ("n", "iters", "m", "k", "batch", "h1", "h2", "steps", "model", "size", "cin", "cout")  # the workloads' sizes
 ROOT = Path(__file__).resolve().parent.parent
 # Run by ``python -c`` from a temporary directory: appending ROOT (rather than running from it) keeps an
 # installed popjit (asv's environment) ahead of the source tree, while ``benchmarks`` still resolves.

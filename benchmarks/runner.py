@@ -3,7 +3,7 @@
     python -m benchmarks                      # everything (several minutes)
     python -m benchmarks --only chain matmul  # skip the training loops and the fresh-process compile timings
     python -m benchmarks --only train         # the training loops (W1, W2) and W1's first-call compile time
-    python -m benchmarks --only conv          # forward 3x3 convolutions: C1 (a ResNet stage) and C2 (K1's second)
+    python -m benchmarks --only conv          # 3x3 convolutions, forward and training steps: C1 (ResNet), C2 (K1's)
     python -m benchmarks --only keras         # Keras fit: K1 (CNN) and K2 (LSTM), and their first epochs
     python -m benchmarks --only busy          # W1 and K2 again, beside a busy process started after them
     python -m benchmarks --only tf1           # TF1 Sessions: feed_dict per step against infeed + loops.repeat
@@ -169,7 +169,8 @@ def measure(sections: Sequence[str], frameworks: Sequence[str], repeat: int, min
     if "matmul" in sections:
         problems += [workloads.matmul_problem(*shape) for shape in workloads.MATMUL_SHAPES.values()]
     if "conv" in sections:
-        problems += [workloads.problem("conv", **sizes) for sizes in conv_workloads.CONV_SIZES.values()]
+        problems += [workloads.problem(kind, **sizes) for kind in ("conv", "convstep")
+                     for sizes in conv_workloads.CONV_SIZES.values()]
     if "train" in sections:
         problems += [workloads.train_problem(**sizes) for sizes in workloads.TRAIN_SIZES.values()]
     if "keras" in sections:
@@ -280,13 +281,14 @@ def target_lines(rows: Sequence[Row]) -> list[str]:
 
 
 def conv_target_lines(rows: Sequence[Row]) -> list[str]:
-    """(j) the forward convolutions: popjit / TF-XLA GFLOP/s (no target of their own: the issue's CNN
-    target is K1's training, (e))."""
+    """(j) the forward convolutions and (k) their training steps: popjit / TF-XLA GFLOP/s, at least 1 (the
+    issue's CNN training step, W5, is at least TF-XLA's speed; its Keras CNN is K1, (e))."""
     lines = []
-    for name, sizes in conv_workloads.CONV_SIZES.items():
-        label = workloads.problem_label("conv", **sizes)
-        if any(r.workload == label for r in rows):
-            lines.append(_rate_line(rows, f"(j) {name} {label}", label, "TF-XLA", "TF-XLA GFLOP/s", 1.0))
+    for kind, section in (("conv", "j"), ("convstep", "k")):
+        for name, sizes in conv_workloads.CONV_SIZES.items():
+            label = workloads.problem_label(kind, **sizes)
+            if any(r.workload == label for r in rows):
+                lines.append(_rate_line(rows, f"({section}) {name} {label}", label, "TF-XLA", "TF-XLA GFLOP/s", 1.0))
     return lines
 
 

@@ -52,8 +52,8 @@ TRAIN_CLASSES = 10
 
 
 def problem(workload: str, **sizes: int) -> Problem:
-    """The :class:`Problem` for ``workload`` (``chain``, ``matmul``, ``conv``, ``train``, ``keras`` or ``tf1``) at
-    ``sizes``."""
+    """The :class:`Problem` for ``workload`` (``chain``, ``matmul``, ``conv``, ``convstep``, ``train``, ``keras`` or
+    ``tf1``) at ``sizes``."""
     if workload == "chain":
         return chain_problem(**sizes)
     if workload == "matmul":
@@ -62,11 +62,14 @@ def problem(workload: str, **sizes: int) -> Problem:
         return train_problem(**sizes)
     if workload == "conv":
         return conv_workloads.conv_problem(**sizes)
+    if workload == "convstep":
+        return conv_workloads.step_problem(**sizes)
     if workload == "keras":
         return keras_workloads.keras_problem(**sizes)
     if workload == "tf1":
         return tf1_workloads.tf1_problem(**sizes)
-    raise ValueError(f"unknown workload {workload!r}; expected 'chain', 'matmul', 'conv', 'train', 'keras' or 'tf1'")
+    raise ValueError(f"unknown workload {workload!r}; expected 'chain', 'matmul', 'conv', 'convstep', 'train', 'keras' "
+                     "or 'tf1'")
 
 
 def problem_label(workload: str, **sizes: int) -> str:
@@ -81,11 +84,14 @@ def problem_label(workload: str, **sizes: int) -> str:
         return f"train {layers} b{s['batch']} x{s['steps']}"
     if workload == "conv":
         return conv_workloads.conv_label(**sizes)
+    if workload == "convstep":
+        return conv_workloads.step_label(**sizes)
     if workload == "keras":
         return keras_workloads.keras_label(**sizes)
     if workload == "tf1":
         return tf1_workloads.tf1_label(**sizes)
-    raise ValueError(f"unknown workload {workload!r}; expected 'chain', 'matmul', 'conv', 'train', 'keras' or 'tf1'")
+    raise ValueError(f"unknown workload {workload!r}; expected 'chain', 'matmul', 'conv', 'convstep', 'train', 'keras' "
+                     "or 'tf1'")
 
 
 def frameworks_for(kind: str, frameworks: Iterable[str]) -> list[str]:
@@ -535,5 +541,6 @@ def _train_impl(framework: str) -> Callable[[Problem], tuple[Callable[[], Any], 
 
 
 TRAIN_IMPLS: dict[str, Callable[[Problem], tuple[Callable[[], Any], str]]] = {fw: _train_impl(fw) for fw in TRAINERS}
-IMPLS = {"chain": CHAIN_IMPLS, "matmul": MATMUL_IMPLS, "conv": conv_workloads.CONV_IMPLS, "train": TRAIN_IMPLS,
+IMPLS = {"chain": CHAIN_IMPLS, "matmul": MATMUL_IMPLS, "conv": conv_workloads.CONV_IMPLS,
+         "convstep": conv_workloads.STEP_IMPLS, "train": TRAIN_IMPLS,
          "keras": keras_workloads.KERAS_IMPLS, "tf1": tf1_workloads.TF1_IMPLS}

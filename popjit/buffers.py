@@ -17,8 +17,9 @@ hold, :mod:`popjit.runtime.replicas`), a run's results, outfeed buffers and temp
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -66,8 +67,8 @@ def aligned_arrays(shapes: Sequence[tuple[int, ...]], dtypes: Sequence[Any]) -> 
 
 class AlignedLayout:
     """Flat buffers of the given element counts and dtypes carved out of one allocation, each starting on
-    a cache line. why one allocation: an engine's temporaries are allocated at every run, and finding an
-    allocation's address from Python costs microseconds (a W1 step has 35 temporaries)."""
+    a cache line. why one allocation: an engine's temporaries are lent to every run (:meth:`lent`), and
+    finding an allocation's address from Python costs microseconds (a W1 step has 35 temporaries)."""
 
     def __init__(self, sizes: Sequence[int], dtypes: Sequence[Any]) -> None:
         self._parts: list[tuple[int, int, np.dtype]] = []
@@ -78,6 +79,24 @@ class AlignedLayout:
             offset += _padded(nbytes)
         self._total = offset
         self._offsets = np.array([lo for lo, _, _ in self._parts], dtype=np.uintp)
+        self._spare: list[tuple[list[np.ndarray], np.ndarray]] = []
+
+    @contextlib.contextmanager
+    def lent(self) -> Iterator[tuple[list[np.ndarray], np.ndarray]]:
+        """Buffers as :meth:`allocate` makes them, for one run: given back when it ends and lent again to the
+        next (one set is kept between runs; runs at the same time each get their own). why: a large
+        allocation is new memory from the system each time (glibc maps one of 32 MB or more afresh and unmaps
+        it when freed), whose pages the kernel zeroes as the engine first writes them: a ResNet stage's
+        training step, 58 MB of patches among its temporaries, spent 13% of its time there."""
+        try:
+            buffers = self._spare.pop()
+        except IndexError:
+            buffers = self.allocate()
+        try:
+            yield buffers
+        finally:
+            if not self._spare:
+                self._spare.append(buffers)
 
     def allocate(self) -> tuple[list[np.ndarray], np.ndarray]:
         """New uninitialised buffers, one per size given, and the addresses of their data (``uintp``): the

@@ -319,6 +319,52 @@ def test_conv_targets_are_ratios_to_tf() -> None:
     assert line.startswith("(j) C1 conv2d 3x3 [8,56,56,64]->64") and "= 1.50" in line and "met" in line
 
 
+def test_conv_step_reference_is_the_finite_difference_of_the_loss() -> None:
+    p = workloads.problem("convstep", **CONV_SMALL)
+    x, w = (v.astype(np.float64) for v in p.inputs)
+    dx, dw = p.expected[:x.size].reshape(x.shape), p.expected[x.size:].reshape(w.shape)
+
+    def loss(x: np.ndarray, w: np.ndarray) -> float:
+        return 0.5 * float(np.sum(np.maximum(conv_by_loops(x, w, (1, 1), "SAME", (1, 1)), 0) ** 2))
+
+    rng, eps = np.random.default_rng(0), 1e-6
+    for which, gradient in ((0, dx), (1, dw)):
+        for _ in range(4):
+            point = [x, w]
+            at = tuple(int(rng.integers(0, n)) for n in point[which].shape)
+            up, down = point[which].copy(), point[which].copy()
+            up[at] += eps
+            down[at] -= eps
+            moved = [(up if i == which else v, down if i == which else v) for i, v in enumerate(point)]
+            numeric = (loss(moved[0][0], moved[1][0]) - loss(moved[0][1], moved[1][1])) / (2 * eps)
+            assert abs(numeric - gradient[at]) <= 1e-5 * max(1.0, abs(numeric))
+    assert p.work == 3 * 2 * 2 * 7 * 7 * 9 * 5 * 6, "the forward product and the two gradients' as large"
+    assert p.label == workloads.problem_label("convstep", **CONV_SMALL)
+    assert p.label == "conv2d 3x3 [2,7,7,5]->6 f32 +relu, gradients of x and w"
+
+
+@pytest.mark.parametrize("sizes", [CONV_SMALL, conv_workloads.CONV_SIZES["C2"]], ids=["small", "C2"])
+def test_popjit_conv_step_matches_numpy(sizes: dict[str, int]) -> None:
+    workloads.build("convstep", "popjit", **sizes).check()
+
+
+def test_conv_step_equals_stock_tensorflow(real_keras: Any) -> None:
+    p = workloads.problem("convstep", **CONV_SMALL)
+    ours, theirs = (workloads.instantiate(p, fw).result() for fw in ("popjit", "tensorflow"))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_step_targets_follow_the_forward_ones() -> None:
+    rows = []
+    for kind, rate in (("conv", 150.0), ("convstep", 70.0)):
+        label = workloads.problem_label(kind, **conv_workloads.CONV_SIZES["C1"])
+        rows += [runner.Row(label, "popjit", rate, "GFLOP/s"), runner.Row(label, "TF-XLA", 100.0, "GFLOP/s")]
+    forward, step = runner.conv_target_lines(rows)
+    assert forward.startswith("(j) C1") and "= 1.50" in forward and "met" in forward
+    assert step.startswith("(k) C1 conv2d 3x3 [8,56,56,64]->64 f32 +relu, gradients of x and w") and "= 0.70" in step
+    assert "NOT met" in step
+
+
 @pytest.fixture
 def real_keras() -> Any:
     pytest.importorskip("tensorflow")

@@ -140,14 +140,15 @@ class Executable:
         outs, outs_at = _allocated(p.outs)
         drained_arrays, drained_at = _allocated(p.stream_out)
         drained = {b.uid: d for b, d in zip(p.stream_out, drained_arrays)}
-        buffers, addresses = self._buffers(args, variables, outs, fed, drained, (outs_at, drained_at))
         state = self._rounding_state(rounding)
         saved = self._saved_state(variables, state)
-        if stop is None:
-            with engine_guard(), interrupts.watching() as flag:
-                stopped = self._call_engine(buffers, addresses, state, context, flag)
-        else:
-            stopped = self._call_engine(buffers, addresses, state, context, stop)
+        with self._temporaries.lent() as temporaries:
+            buffers, addresses = self._buffers(args, variables, outs, fed, drained, (outs_at, drained_at), temporaries)
+            if stop is None:
+                with engine_guard(), interrupts.watching() as flag:
+                    stopped = self._call_engine(buffers, addresses, state, context, flag)
+            else:
+                stopped = self._call_engine(buffers, addresses, state, context, stop)
         if stopped & TRAPPED:
             for buf, before in saved:
                 buf[...] = before
@@ -189,7 +190,7 @@ class Executable:
         drained = {b.uid: np.zeros(b.shape, b.dtype.np) for b in p.stream_out}
         args = {b.binding: np.zeros(b.shape, b.dtype.np) for b in p.args}
         allocated_at = data_addresses(outs), data_addresses(list(drained.values()))
-        buffers = self._buffers(args, variables, outs, fed, drained, allocated_at)[0]
+        buffers = self._buffers(args, variables, outs, fed, drained, allocated_at, self._temporaries.allocate())[0]
         self.engine.link(buffers, self.graph.name, self.library_store)
         if drained and deliver:
             feeds.deliver_outputs(p, drained)
@@ -205,21 +206,23 @@ class Executable:
 
     def _buffers(self, args: Any, variables: dict[int, np.ndarray], outs: list[np.ndarray],
                  fed: dict[int, np.ndarray], drained: dict[int, np.ndarray],
-                 allocated_at: tuple[np.ndarray, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+                 allocated_at: tuple[np.ndarray, np.ndarray],
+                 temporaries: tuple[list[np.ndarray], np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
         """The engine's buffers, in its order (arguments, variables, constants, results, streams,
         temporaries), and the addresses of their data. ``allocated_at``: those of ``outs`` and of
-        ``drained``, as their allocation found them."""
+        ``drained``, as their allocation found them; ``temporaries``: the temporaries and their addresses
+        (:class:`~popjit.buffers.AlignedLayout`)."""
         kinds = self._kinds
         given = [_flat_view(np.asarray(args[b.binding], dtype=b.dtype.np), want) for b, want in kinds.args]
         given += [_flat_view(variables[b.binding], want, in_place=True) for b, want in kinds.variables]
         results = [_flat_view(o, want) for o, want in zip(outs, kinds.out_types)]
         streamed_in = [_flat_view(fed[b.uid], want) for b, want in kinds.stream_in]
         streamed_out = [_flat_view(drained[b.uid], want) for b, want in kinds.stream_out]
-        temporaries, temporaries_at = self._temporaries.allocate()
         outs_at, drained_at = allocated_at
+        temps, temps_at = temporaries
         addresses = np.concatenate((data_addresses(given), kinds.const_addresses, outs_at, data_addresses(streamed_in),
-                                    drained_at, temporaries_at))
-        return [*given, *self._const_views, *results, *streamed_in, *streamed_out, *temporaries], addresses
+                                    drained_at, temps_at))
+        return [*given, *self._const_views, *results, *streamed_in, *streamed_out, *temps], addresses
 
     @functools.cached_property
     def _kinds(self) -> _BufferKinds:

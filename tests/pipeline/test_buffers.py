@@ -5,6 +5,7 @@ inside a line made the threads fight over it (W1's weights: 25% slower)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -143,3 +144,49 @@ def test__a_run_s_results__are_separate_and_new_each_run() -> None:
 def test__an_empty_layout__allocates_nothing() -> None:
     buffers, addresses = AlignedLayout([], []).allocate()
     assert buffers == [] and addresses.dtype == np.uintp and addresses.size == 0
+
+
+def test__a_layout_lent_run_after_run__lends_the_same_buffers_and_runs_at_once_their_own() -> None:
+    layout = AlignedLayout([100, 7], [np.float32, np.int64])
+    # a run, and one at the same time (another replica's thread)
+    with layout.lent() as (first, first_at), layout.lent() as (beside, beside_at):
+        assert not any(np.shares_memory(a, b) for a in first for b in beside)
+        assert not set(first_at) & set(beside_at)
+    with layout.lent() as (again, again_at):  # one of the two sets is kept
+        kept = [(first, first_at), (beside, beside_at)]
+        assert any(all(a is b for a, b in zip(again, bufs)) and list(again_at) == list(at) for bufs, at in kept)
+    with layout.lent() as (later, _):
+        assert all(a is b for a, b in zip(later, again)), "run after run, the same buffers"
+    with pytest.raises(ValueError), layout.lent() as (after_error, _):
+        raise ValueError("a run that fails")
+    with layout.lent() as (next_run, _):
+        assert all(a is b for a, b in zip(next_run, after_error)), "a failed run gives its buffers back too"
+
+
+def test__a_program_s_temporaries__are_the_same_memory_run_after_run_and_its_results_right() -> None:
+    """The temporaries are lent to each run, not allocated afresh: large ones would be new pages from the
+    system every run, which the kernel zeroes as the engine writes them."""
+    w = tf.Variable(np.full((64, 64), 0.01, np.float32))
+
+    @tf.function(jit_compile=True)
+    def step(x):
+        h = tf.nn.relu(tf.matmul(x, w))
+        return tf.reduce_sum(tf.matmul(h, w) * h)
+
+    x = np.linspace(-1, 1, 300 * 64, dtype=np.float32).reshape(300, 64)
+    executable = step.get_concrete_function(x).executable("cpu")
+    engine, seen = executable.engine, []
+
+    def recording(buffers, *args, **kwargs):
+        seen.append([t.ctypes.data for t in buffers[-len(executable.program.temps):]])
+        return engine(buffers, *args, **kwargs)
+
+    executable.engine = recording
+    try:
+        results = [float(step(x * scale)) for scale in (1.0, 2.0, 3.0)]
+    finally:
+        executable.engine = engine
+    assert len(executable.program.temps) > 0 and seen[0] == seen[1] == seen[2]
+    for scale, got in zip((1.0, 2.0, 3.0), results):
+        h = np.maximum((x * scale).astype(np.float64) @ w.numpy(), 0)
+        np.testing.assert_allclose(got, ((h @ w.numpy()) * h).sum(), rtol=1e-4)
