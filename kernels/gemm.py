@@ -778,3 +778,34 @@ def {name}(c, pb, {operands}batch, m, n, k, pob, alpha, beta, lo, hi):
                                    np.int64(-1), (pmat * k + q_d0) * b_width)
     return 0
 """
+
+#: :data:`COMPUTED_GEMM` for a deep product, cut across its depth as :func:`gemm_depth` cuts a stored one:
+#: the chunks ``[lo, hi)`` of the ``batch * chunks`` there are, each into its partial sums in ``c`` (from
+#: ``q * m * n``), which :func:`sum_depth` then adds. Each slice of a chunk packs its slice of ``B`` (``b``,
+#: ``op(b)`` as ``tb`` says) once, then each block of at most ``MC`` rows of ``A`` is computed and multiplied:
+#: the same sums in the same order as :func:`gemm_depth` on the stored operand, so the same bits.
+COMPUTED_GEMM_DEPTH = """
+def {name}(c, b, {operands}batch, m, n, k, tb, b_bs, pob, alpha, chunks, lo, hi):
+    nr = kg.NR32 if c.itemsize == 4 else kg.NR64
+    q_blk = np.empty(kg.MC * kg.KC_MAX, c.dtype)
+    pa = np.empty(kg.MC * kg.KC_MAX, c.dtype)
+    pb = kg.aligned_space(kg.KC_MAX * kg.padded(n, nr), c)
+    rsb, csb = kg.operand_strides(k, n, tb)
+    step = kg.slice_depth(k)
+    for q in range(lo, hi):
+        pmat = q // chunks
+        q_first, q_last = kg.chunk_slices(q % chunks, chunks, (k + step - 1) // step)
+        for q_slice in range(q_first, q_last):
+            q_d0 = q_slice * step
+            kc = min(step, k - q_d0)
+            kg.call_pack(pb, np.int64(0), b, pmat * b_bs + q_d0 * rsb, csb, rsb, n, np.int64(nr), kc)
+            for r0 in range(0, m, kg.MC):
+                rows = min(kg.MC, m - r0)
+{block}
+{fill}
+                q_beta = 0.0 if q_slice == q_first else 1.0
+                kg.call_gemm_block(c, q * m * n + r0 * n, n, q_blk, np.int64(0), {rsa}, {csa}, pb, np.int64(0),
+                                   np.int64(0), np.int64(0), rows, n, kc, alpha, q_beta, pa, pb, np.int64(-1),
+                                   np.int64(0))
+    return 0
+"""

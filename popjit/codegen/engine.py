@@ -41,7 +41,15 @@ from popjit.codegen.numerics import DEFAULT, TRAPPED, Numerics
 from popjit.codegen.render import Rendered, render_kernel
 from popjit.dtypes import DType
 from popjit.ir.loop import Buffer, Collective, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, StmtVisitor, While
-from popjit.kernels.gemm_choice import own_calls, own_split, packed_b_split, packing_call, uses_own_gemm
+from popjit.kernels.gemm_choice import (
+    depth_split,
+    own_calls,
+    own_split,
+    packed_b_split,
+    packing_call,
+    splits_depth,
+    uses_own_gemm,
+)
 from popjit.kernels.threads import threads_to_use
 from popjit.loop.interchange import chunk_rows, interchangeable
 from popjit.loop.passes import scatters
@@ -317,10 +325,24 @@ class _Emitter(StmtVisitor):
 
     def computed_product(self, s: MatMul, a: ComputedOperand) -> None:
         """A product whose ``A`` is computed, never stored, on popjit's own gemm: ``B`` packed once, then
-        the product split over threads by rows, as :func:`popjit.kernels.gemm.gemm_packed_b` is."""
-        r = render_computed_product(a.value, s.out.dtype, a.domain, a.outer, a.transposed)
+        the product split over threads by rows, as :func:`popjit.kernels.gemm.gemm_packed_b` is; a deep
+        one cut across its depth, as :func:`popjit.kernels.gemm.gemm_depth` is."""
+        deep = splits_depth(s.m, s.n, s.k)
+        r = render_computed_product(a.value, s.out.dtype, a.domain, a.outer, a.transposed, deep)
         self.codelets[r.func] = r
         dtype = storage_dtype(s.out.dtype)
+        if deep:
+            plan = depth_split(s.batch, s.m, s.n, s.k)
+            parts = self.scratch_space(s.out.dtype, plan.space)
+            chunks = self.int(plan.chunks)
+            args = [parts, self.buf(s.b), *map(self.buf, r.buffers), *map(self.int, r.ints), *map(self.float, r.floats),
+                    *map(self.int, (s.batch, s.m, s.n, s.k)), str(bool(s.tb)), self.int(s.b_batch_stride),
+                    self.int(a.outer_stride), self.float(s.alpha), chunks]
+            self.invoke(r.func, args, s.name, split=(plan.units, 1))
+            product = [self.buf(s.out), None, None, *map(self.int, (s.batch, s.m, s.n, s.k)), None, None, None, None,
+                       None, self.float(s.beta)]
+            self.invoke_gemm_kernel(own_calls(plan, product, parts, lambda _: chunks)[-1], s.name)
+            return
         plan = packed_b_split(dtype.itemsize, s.batch, s.m, s.n, s.k, r.func)
         packed = self.scratch_space(s.out.dtype, plan.space)
         self.invoke_gemm_kernel(packing_call(plan, packed, self.buf(s.b), *map(self.int, (s.batch, s.n, s.k)),

@@ -6,8 +6,9 @@ gradient reads the same buffer transposed, and a stride-one convolution's input 
 convolution of ``dy`` too (:mod:`popjit.graph.passes.conv_gradient`), with patches of its own. When
 such a buffer is written by one element-wise kernel and read only by such products, the engine may
 leave it out: each product runs popjit's own gemm with a generated codelet
-(:data:`popjit.kernels.gemm.COMPUTED_GEMM`, :func:`render_computed_product`) that computes each block
-of ``A`` it multiplies from the kernel's expression into a small buffer.
+(:data:`popjit.kernels.gemm.COMPUTED_GEMM`, :data:`~popjit.kernels.gemm.COMPUTED_GEMM_DEPTH` for a product
+cut across its depth; :func:`render_computed_product`) that computes each block of ``A`` it multiplies from
+the kernel's expression into a small buffer.
 
 This happens in the engine only, after the schedule: the program, its virtual-IPU schedule, memory
 and cycle estimates are the same with it on or off. Each element of ``A`` is the same value the
@@ -16,8 +17,8 @@ is read from memory or computed, so the results equal the own gemm's on the mate
 bit for bit (the system BLAS, ``POPJIT_MATMUL=blas``, rounds its sums its own way).
 
 ``POPJIT_IMPLICIT_GEMM=rules`` (the default) does it where ``POPJIT_MATMUL`` gives every product reading
-the buffer to the own gemm, so a program's results do not change; ``1`` always, ``0`` never
-(docs/env_vars.md).
+the buffer to the own gemm, so a program's results do not change, and, if one of them is cut across its
+depth, the buffer is at least :data:`DEEP_MIN_BYTES`; ``1`` always, ``0`` never (docs/env_vars.md).
 """
 
 from __future__ import annotations
@@ -48,6 +49,14 @@ from popjit.loop.passes import scatters
 
 #: The dtypes popjit's own gemm multiplies.
 _GEMM_DTYPES = (dtypes.float32, dtypes.float64)
+#: Under the rules, an operand a deep product reads (one cut across its depth: a convolution's filter
+#: gradient) is computed only if it is at least this large. why: computed, it costs one more codelet to
+#: compile (about 1.3 s the first time a machine meets its expression) and saves the memory the operand
+#: takes, which a program holds between runs: the ResNet stage C1's training step (58 MB of patches) ran
+#: at the same speed either way on a 2-core Emerald Rapids guest (best 41.5 against 42.3 ms; its 300 MB L3
+#: holds them) and its first call on an empty cache took 6.7-7.3 s against 7.5-9.8 s; the Keras CNN's
+#: second convolution's patches (4.5 MB) would cost its cold first epoch a codelet to compile.
+DEEP_MIN_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -138,7 +147,7 @@ def _computed_operands(k: Kernel, block: list[Stmt], at: int, readers: list[Stmt
         if where is None or not isinstance(s, MatMul) or not _takes_as_a(s, buf, inputs):
             return {}
         if by_rules and (not uses_own_gemm(s.out.dtype.np, s.batch, s.m, s.n, s.k, s.ta, s.tb)
-                         or splits_depth(s.m, s.n, s.k)):  # why: a computed operand's product is cut by rows
+                         or (splits_depth(s.m, s.n, s.k) and buf.size * buf.dtype.np.itemsize < DEEP_MIN_BYTES)):
             return {}
         if any(w.writes() & inputs for between in block[at + 1:where] for w in between.walk()):
             return {}
@@ -211,17 +220,18 @@ GEMM_MODULE = "from popjit.kernels import gemm as kg\n"
 
 
 def render_computed_product(value: Expr, dtype: DType, domain: tuple[int, ...], outer: int,
-                            transposed: bool) -> Rendered:
+                            transposed: bool, deep: bool = False) -> Rendered:
     """The codelet of a product whose ``A`` is never stored (:data:`popjit.kernels.gemm.COMPUTED_GEMM`):
     ``value`` (of the loop variables ``i0, i1…`` of ``domain``) is the element of ``A``'s matrix ``pmat``
     at row-major flat index ``o = pmat * pob + row`` over the first ``outer`` axes (``transposed``:
     ``+ column``) and ``e`` over the others, its column (row). Each block is computed row ``o`` by row:
     its variables found once (divisions), what depends on them alone computed once, then nested loops
     over the other axes, cut to the block's range, the innermost one contiguous in the block (so a
-    convolution's channels are a vector loop)."""
+    convolution's channels are a vector loop). ``deep``: the product is cut across its depth
+    (:data:`popjit.kernels.gemm.COMPUTED_GEMM_DEPTH`)."""
     # why here: importing the kernels compiles or loads them from the cache directory, which importing
     # the engine must not do (a bad TF_POPLAR_FLAGS would fail at import)
-    from popjit.kernels.gemm import COMPUTED_GEMM
+    from popjit.kernels.gemm import COMPUTED_GEMM, COMPUTED_GEMM_DEPTH
 
     params = _Params()
     hoisted: list[str] = []
@@ -240,8 +250,9 @@ def render_computed_product(value: Expr, dtype: DType, domain: tuple[int, ...], 
     operands = "".join(f"{a}, " for a in [*(f"b{i}" for i in range(len(params.buffers))),
                                           *(f"p{i}" for i in range(len(params.ints))),
                                           *(f"f{i}" for i in range(len(params.floats)))])
-    function = COMPUTED_GEMM.format(name="NAME", operands=operands, block="\n".join(_indent(block, 4)),
-                                    fill="\n".join(_indent(fill, 4)), rsa=rsa, csa=csa)
+    template = COMPUTED_GEMM_DEPTH if deep else COMPUTED_GEMM
+    function = template.format(name="NAME", operands=operands, block="\n".join(_indent(block, 4)),
+                               fill="\n".join(_indent(fill, 4)), rsa=rsa, csa=csa)
     text = f"# buffers: {', '.join(b.dtype.short for b in params.buffers)}\n{GEMM_MODULE}{SERIAL}{function}"
     name = "g_" + hashlib.sha256(text.encode()).hexdigest()[:20]
     return Rendered(text.replace("NAME", name), name, params.buffers, params.ints, params.floats)

@@ -16,9 +16,12 @@ from hypothesis import strategies as st
 
 import popjit.tensorflow as tf
 from popjit import config
-from popjit.codegen.implicit import split_domain
+from popjit.codegen.engine import render_engine
+from popjit.codegen.implicit import DEEP_MIN_BYTES, split_domain
 from popjit.ir.loop import IVar, flat_index, ivar, row_major_strides
+from popjit.kernels import gemm_choice
 from popjit.kernels.gemm_choice import own_gemm_wins, splits_depth
+from popjit.pipeline import lower_graph, optimize_graph
 from tests.ops.test_conv import GRADIENT_CASES, conv_by_loops, finite_difference
 
 
@@ -187,16 +190,62 @@ def test__by_default_patches_are_computed_where_the_own_gemm_runs_every_product_
 
 def test__under_the_matmul_rules_patches_are_computed_only_if_the_rules_give_all_their_readers_the_own_gemm():
     """The Keras CNN's second convolution: its forward product passes the rules (on an AVX-512 host); its
-    filter's gradient, 288 x 64 and 3872 deep, does too, but cut across its depth, which a computed
-    operand's product is not; so inference computes the patches and training, whose filter gradient reads
-    them too, stores them. On other hosts neither passes."""
+    filter's gradient, 288 x 64 and 3872 deep, does too, cut across its depth, but its patches (4.5 MB) are
+    smaller than a deep product's computed operand must be; so inference computes the patches and training,
+    whose filter gradient reads them too, stores them. On other hosts neither passes."""
     x = np.ones((32, 13, 13, 32), np.float32)
     w = np.ones((3, 3, 32, 64), np.float32)
     forward = own_gemm_wins(1, 32 * 11 * 11, 64, 288)
-    assert splits_depth(288, 64, 32 * 11 * 11)
+    assert splits_depth(288, 64, 32 * 11 * 11) and DEEP_MIN_BYTES > 32 * 11 * 11 * 288 * 4
     with config.context(MATMUL="rules"):
         assert _computed_products(_conv, x, w) == int(forward)
         assert _computed_products(_conv_step, x, w) == 0
+
+
+def _engine_callees(fn: Any, *args: np.ndarray) -> list[str]:
+    """The callees of ``fn``'s engine, rendered, not compiled."""
+    graph = optimize_graph(tf.function(fn).get_concrete_function(*args).graph)
+    return [c.name for c in render_engine(lower_graph(graph)).callees]
+
+
+@pytest.mark.parametrize("size, computed", [(56, True), (24, False)])
+def test__under_the_rules_large_patches_read_by_a_deep_filter_gradient_are_computed(size, computed, monkeypatch):
+    """A ResNet stage's training step, [8, 56, 56, 64] by 3x3x64 -> 64: its patches (58 MB) are read by the
+    forward product and by the filter's gradient, 576 x 64 and 25088 deep, cut across its depth; at 24 x 24
+    (10 MB) they stay stored."""
+    monkeypatch.setattr(gemm_choice, "panel_vectors", lambda: 4)  # an AVX-512 host's rules
+    x = np.ones((8, size, size, 64), np.float32)
+    w = np.ones((3, 3, 64, 64), np.float32)
+    assert splits_depth(576, 64, 8 * size * size)
+    assert (8 * size * size * 576 * 4 >= DEEP_MIN_BYTES) is computed
+    with config.context(MATMUL="rules"):
+        callees = _engine_callees(_conv_step, x, w)
+    computed_products = [name for name in callees if name.startswith("g_")]
+    # the input gradient's patches (of dy) are computed either way: their only product is not deep
+    assert len(computed_products) == (3 if computed else 1)
+    assert "sum_depth" in callees and ("gemm_depth" in callees) is not computed
+
+
+@pytest.mark.parametrize("x_shape, w_shape", [((2, 20, 20, 16), (3, 3, 16, 16)), ((1, 40, 40, 8), (3, 3, 8, 70))])
+def test__a_deep_filter_gradient_of_computed_patches__has_the_bits_of_the_stored_ones(x_shape, w_shape):
+    """Computed, the filter's gradient (144 x 16 and 800 deep; 72 x 70 and 1600 deep) is cut across its depth
+    as the stored one is: the same sums, so the same bits."""
+    rng = np.random.default_rng(8)
+    x = rng.uniform(-1, 1, x_shape).astype(np.float32)
+    w = rng.uniform(-1, 1, w_shape).astype(np.float32)
+    results, callees = {}, {}
+    for implicit in (True, False):
+        with config.context(IMPLICIT_GEMM=implicit, MATMUL="popjit"):
+            results[implicit] = conv_and_gradients(x, w, 1, "SAME", 1)
+            callees[implicit] = {c.name for c in _executable(_conv_step, x, w).engine_source.callees}
+    assert "gemm_depth" in callees[False] and "gemm_depth" not in callees[True] and "sum_depth" in callees[True]
+    for got, stored in zip(results[True], results[False]):
+        np.testing.assert_array_equal(got, stored)
+    y = conv_by_loops(x.astype(np.float64), w.astype(np.float64), (1, 1), "SAME", (1, 1))
+    windows = np.lib.stride_tricks.sliding_window_view(np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0))),
+                                                       w_shape[:2], axis=(1, 2))
+    dw = 2 * np.tensordot(windows, y, axes=([0, 1, 2], [0, 1, 2])).transpose(1, 2, 0, 3)
+    np.testing.assert_allclose(results[True][2], dw, rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.parametrize("value, setting", [("rules", "rules"), ("", "rules"), ("1", True), ("on", True),
