@@ -258,13 +258,21 @@ def own_calls(plan: OwnSplit | DepthSplit, product: list[Any], space: Any,
     if isinstance(plan, DepthSplit):
         chunks = number(plan.chunks)
         return [("gemm_depth", [space, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, chunks], (plan.units, 1)),
-                ("sum_depth", [out, space, batch, m, n, chunks, beta], (plan.sum_units, plan.sum_per_task))]
+                depth_sum_call(plan, out, space, [batch, m, n, chunks], beta)]
     run = (plan.units, plan.per_task)
     if plan.packs == "pack_a_panels":
         return [packing_call(plan, space, a, batch, m, k, ta, a_bs),
                 (plan.codelet, [out, space, b, batch, m, n, k, tb, b_bs, alpha, beta], run)]
     return [packing_call(plan, space, b, batch, n, k, tb, b_bs),
             (plan.codelet, [out, a, space, batch, m, n, k, ta, a_bs, alpha, beta], run)]
+
+
+def depth_sum_call(plan: DepthSplit, out: Any, space: Any, sizes: list[Any],
+                   beta: Any) -> tuple[str, list[Any], tuple[int, int]]:
+    """The call adding a depth split's partial sums (in ``space``) into ``out``: ``sum_depth``, its arguments
+    before its range of rows (``sizes``: the batch, ``m``, ``n`` and the chunks, values or the engine's text
+    of them), and its (units, units per task)."""
+    return "sum_depth", [out, space, *sizes, beta], (plan.sum_units, plan.sum_per_task)
 
 
 def packing_call(plan: OwnSplit, space: Any, operand: Any, batch: Any, lines: Any, k: Any, transposed: Any,

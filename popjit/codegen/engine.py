@@ -43,6 +43,7 @@ from popjit.dtypes import DType
 from popjit.ir.loop import Buffer, Collective, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, StmtVisitor, While
 from popjit.kernels.gemm_choice import (
     depth_split,
+    depth_sum_call,
     own_calls,
     own_split,
     packed_b_split,
@@ -330,19 +331,10 @@ class _Emitter(StmtVisitor):
         deep = splits_depth(s.m, s.n, s.k)
         r = render_computed_product(a.value, s.out.dtype, a.domain, a.outer, a.transposed, deep)
         self.codelets[r.func] = r
-        dtype = storage_dtype(s.out.dtype)
         if deep:
-            plan = depth_split(s.batch, s.m, s.n, s.k)
-            parts = self.scratch_space(s.out.dtype, plan.space)
-            chunks = self.int(plan.chunks)
-            args = [parts, self.buf(s.b), *map(self.buf, r.buffers), *map(self.int, r.ints), *map(self.float, r.floats),
-                    *map(self.int, (s.batch, s.m, s.n, s.k)), str(bool(s.tb)), self.int(s.b_batch_stride),
-                    self.int(a.outer_stride), self.float(s.alpha), chunks]
-            self.invoke(r.func, args, s.name, split=(plan.units, 1))
-            product = [self.buf(s.out), None, None, *map(self.int, (s.batch, s.m, s.n, s.k)), None, None, None, None,
-                       None, self.float(s.beta)]
-            self.invoke_gemm_kernel(own_calls(plan, product, parts, lambda _: chunks)[-1], s.name)
+            self.computed_deep_product(s, a, r)
             return
+        dtype = storage_dtype(s.out.dtype)
         plan = packed_b_split(dtype.itemsize, s.batch, s.m, s.n, s.k, r.func)
         packed = self.scratch_space(s.out.dtype, plan.space)
         self.invoke_gemm_kernel(packing_call(plan, packed, self.buf(s.b), *map(self.int, (s.batch, s.n, s.k)),
@@ -351,6 +343,19 @@ class _Emitter(StmtVisitor):
                 *map(self.float, r.floats), *map(self.int, (s.batch, s.m, s.n, s.k)), self.int(a.outer_stride),
                 self.float(s.alpha), self.float(s.beta)]
         self.invoke(r.func, args, s.name, split=(plan.units, plan.per_task))
+
+    def computed_deep_product(self, s: MatMul, a: ComputedOperand, r: Rendered) -> None:
+        """:meth:`computed_product` of a product cut across its depth: its codelet ``r`` over the chunks, one a
+        task, into partial sums in the engine's scratch, then ``sum_depth`` over the rows of ``C``."""
+        plan = depth_split(s.batch, s.m, s.n, s.k)
+        parts = self.scratch_space(s.out.dtype, plan.space)
+        batch, m, n, k, chunks = map(self.int, (s.batch, s.m, s.n, s.k, plan.chunks))
+        args = [parts, self.buf(s.b), *map(self.buf, r.buffers), *map(self.int, r.ints), *map(self.float, r.floats),
+                batch, m, n, k, str(bool(s.tb)), self.int(s.b_batch_stride), self.int(a.outer_stride),
+                self.float(s.alpha), chunks]
+        self.invoke(r.func, args, s.name, split=(plan.units, 1))
+        self.invoke_gemm_kernel(depth_sum_call(plan, self.buf(s.out), parts, [batch, m, n, chunks],
+                                               self.float(s.beta)), s.name)
 
     def invoke_gemm_kernel(self, call: tuple[str, list[str], tuple[int, int]], comment: str) -> None:
         """Call one of :mod:`popjit.kernels.gemm`'s kernels: (its name, its arguments, its split)."""
