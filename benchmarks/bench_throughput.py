@@ -67,11 +67,12 @@ class MatMul(_Throughput):
 class Convolution(_Throughput):
     """(j) a forward 3x3 convolution and ReLU, GFLOP/s (C1: a ResNet stage, C2: the Keras CNN's second)."""
 
+    kind = "conv"
     params = [list(conv_workloads.CONV_IMPLS), list(conv_workloads.CONV_SIZES)]
     param_names = ["framework", "shape"]
 
     def setup(self, framework: str, shape: str) -> None:
-        self._prepare("conv", framework, **conv_workloads.CONV_SIZES[shape])
+        self._prepare(self.kind, framework, **conv_workloads.CONV_SIZES[shape])
 
     def time_conv(self, framework: str, shape: str) -> None:
         self.case.call()
@@ -82,22 +83,11 @@ class Convolution(_Throughput):
     track_conv_flops.unit = "GFLOP/s"
 
 
-class ConvolutionStep(_Throughput):
+class ConvolutionStep(Convolution):
     """(k) the same convolutions' training steps: the gradients of x and w, GFLOP/s (three products' worth)."""
 
+    kind = "convstep"
     params = [list(conv_workloads.STEP_IMPLS), list(conv_workloads.CONV_SIZES)]
-    param_names = ["framework", "shape"]
-
-    def setup(self, framework: str, shape: str) -> None:
-        self._prepare("convstep", framework, **conv_workloads.CONV_SIZES[shape])
-
-    def time_conv_step(self, framework: str, shape: str) -> None:
-        self.case.call()
-
-    def track_conv_step_flops(self, framework: str, shape: str) -> float:
-        return self._rate()
-
-    track_conv_step_flops.unit = "GFLOP/s"
 
 
 class Training(_Throughput):

@@ -694,8 +694,10 @@ def gemm_packed_b(out, a, pb, batch, m, n, k, ta, a_bs, alpha, beta, lo, hi):
 
 
 @codelet(inline="always")
-def chunk_slices(u, chunks, slices):
-    """The slices ``[first, last)`` of the depth (as :func:`slice_depth` cuts it) in chunk ``u`` of ``chunks``."""
+def chunk_slices(u, chunks, k):
+    """The slices ``[first, last)`` of a depth ``k`` (as :func:`slice_depth` cuts it) in chunk ``u`` of ``chunks``."""
+    step = slice_depth(k)
+    slices = (k + step - 1) // step
     return u * slices // chunks, (u + 1) * slices // chunks
 
 
@@ -713,7 +715,7 @@ def gemm_depth(parts, a, b, batch, m, n, k, ta, tb, a_bs, b_bs, alpha, chunks, l
     step = slice_depth(k)
     for q in range(lo, hi):
         i = q // chunks
-        first, last = chunk_slices(q % chunks, chunks, (k + step - 1) // step)
+        first, last = chunk_slices(q % chunks, chunks, k)
         for s in range(first, last):
             p0 = s * step
             call_gemm_block(parts, q * m * n, n, a, i * a_bs + p0 * csa, rsa, csa, b, i * b_bs + p0 * rsb, rsb, csb,
@@ -794,7 +796,7 @@ def {name}(c, b, {operands}batch, m, n, k, tb, b_bs, pob, alpha, chunks, lo, hi)
     step = kg.slice_depth(k)
     for q in range(lo, hi):
         pmat = q // chunks
-        q_first, q_last = kg.chunk_slices(q % chunks, chunks, (k + step - 1) // step)
+        q_first, q_last = kg.chunk_slices(q % chunks, chunks, k)
         for q_slice in range(q_first, q_last):
             q_d0 = q_slice * step
             kc = min(step, k - q_d0)

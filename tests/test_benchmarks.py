@@ -20,7 +20,7 @@ import pytest
 
 from benchmarks import conv_workloads, firstcall, keras_workloads, pipeline_workloads, runner, timing, workloads
 from popjit.kernels import blas
-from tests.ops.test_conv import conv_by_loops
+from tests.ops.test_conv import conv_by_loops, finite_difference
 
 
 @pytest.mark.parametrize("n", [1, 7, 1000, 4097])
@@ -301,13 +301,15 @@ def test_conv_reference_is_the_sum_over_each_window() -> None:
     assert p.label == workloads.problem_label("conv", **CONV_SMALL) == "conv2d 3x3 [2,7,7,5]->6 f32 +relu"
 
 
+@pytest.mark.parametrize("kind", ["conv", "convstep"])
 @pytest.mark.parametrize("sizes", [CONV_SMALL, conv_workloads.CONV_SIZES["C2"]], ids=["small", "C2"])
-def test_popjit_conv_matches_numpy(sizes: dict[str, int]) -> None:
-    workloads.build("conv", "popjit", **sizes).check()
+def test_popjit_conv_and_its_step_match_numpy(kind: str, sizes: dict[str, int]) -> None:
+    workloads.build(kind, "popjit", **sizes).check()
 
 
-def test_conv_equals_stock_tensorflow(real_keras: Any) -> None:
-    p = workloads.problem("conv", **CONV_SMALL)
+@pytest.mark.parametrize("kind", ["conv", "convstep"])
+def test_conv_and_its_step_equal_stock_tensorflow(kind: str, real_keras: Any) -> None:
+    p = workloads.problem(kind, **CONV_SMALL)
     ours, theirs = (workloads.instantiate(p, fw).result() for fw in ("popjit", "tensorflow"))
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
 
@@ -327,31 +329,11 @@ def test_conv_step_reference_is_the_finite_difference_of_the_loss() -> None:
     def loss(x: np.ndarray, w: np.ndarray) -> float:
         return 0.5 * float(np.sum(np.maximum(conv_by_loops(x, w, (1, 1), "SAME", (1, 1)), 0) ** 2))
 
-    rng, eps = np.random.default_rng(0), 1e-6
-    for which, gradient in ((0, dx), (1, dw)):
-        for _ in range(4):
-            point = [x, w]
-            at = tuple(int(rng.integers(0, n)) for n in point[which].shape)
-            up, down = point[which].copy(), point[which].copy()
-            up[at] += eps
-            down[at] -= eps
-            moved = [(up if i == which else v, down if i == which else v) for i, v in enumerate(point)]
-            numeric = (loss(moved[0][0], moved[1][0]) - loss(moved[0][1], moved[1][1])) / (2 * eps)
-            assert abs(numeric - gradient[at]) <= 1e-5 * max(1.0, abs(numeric))
+    np.testing.assert_allclose(dx, finite_difference(lambda a: loss(a, w), x, 1e-6), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dw, finite_difference(lambda b: loss(x, b), w, 1e-6), rtol=1e-5, atol=1e-5)
     assert p.work == 3 * 2 * 2 * 7 * 7 * 9 * 5 * 6, "the forward product and the two gradients' as large"
     assert p.label == workloads.problem_label("convstep", **CONV_SMALL)
     assert p.label == "conv2d 3x3 [2,7,7,5]->6 f32 +relu, gradients of x and w"
-
-
-@pytest.mark.parametrize("sizes", [CONV_SMALL, conv_workloads.CONV_SIZES["C2"]], ids=["small", "C2"])
-def test_popjit_conv_step_matches_numpy(sizes: dict[str, int]) -> None:
-    workloads.build("convstep", "popjit", **sizes).check()
-
-
-def test_conv_step_equals_stock_tensorflow(real_keras: Any) -> None:
-    p = workloads.problem("convstep", **CONV_SMALL)
-    ours, theirs = (workloads.instantiate(p, fw).result() for fw in ("popjit", "tensorflow"))
-    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
 
 
 def test_conv_step_targets_follow_the_forward_ones() -> None:

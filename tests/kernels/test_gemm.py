@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -421,14 +422,18 @@ def filter_gradient(patches, dy):
     return tf.matmul(patches, dy, transpose_a=True)
 
 
+def on_own_gemm(fn, *args: np.ndarray) -> tuple[np.ndarray, Any]:
+    """``fn(*args)`` compiled with every product on the own gemm: its result and its engine's source."""
+    with config.context(MATMUL="popjit"):
+        step = tf.function(fn, jit_compile=True)
+        return step(*args).numpy(), step.get_concrete_function(*args).executable("/device:CPU:0").engine_source
+
+
 def test__a_deep_product_in_a_program__sums_its_chunks_in_the_engines_scratch():
     rng = np.random.default_rng(6)
     k, m, n = 3000, 70, 64  # 3000 / (4 * 70): 11 deep, 12 chunks; 8 slices of 375: 8 chunks
     patches, dy = rng.uniform(-1, 1, (k, m)).astype(np.float32), rng.uniform(-1, 1, (k, n)).astype(np.float32)
-    with config.context(MATMUL="popjit"):
-        step = tf.function(filter_gradient, jit_compile=True)
-        got = step(patches, dy).numpy()
-        source = step.get_concrete_function(patches, dy).executable("/device:CPU:0").engine_source
+    got, source = on_own_gemm(filter_gradient, patches, dy)
     assert {"gemm_depth", "sum_depth"} <= {c.name for c in source.callees}
     assert [(b.shape, b.dtype) for b in source.scratch] == [((8 * m * n,), tf.float32)]
     want = np.zeros((1, m, n), np.float32)
@@ -441,10 +446,7 @@ def test__a_split_product_in_a_program__packs_into_the_engines_scratch_with_the_
     rng = np.random.default_rng(4)
     m, n, k = 64, 2048, 256  # 32 column panels, a task at least 4: several tasks, all reading A
     x, w = rng.uniform(-1, 1, (m, k)).astype(np.float32), rng.uniform(-1, 1, (k, n)).astype(np.float32)
-    with config.context(MATMUL="popjit"):
-        step = tf.function(product, jit_compile=True)
-        got = step(x, w).numpy()
-        source = step.get_concrete_function(x, w).executable("/device:CPU:0").engine_source
+    got, source = on_own_gemm(product, x, w)
     assert {"pack_a_panels", "gemm_columns_packed_a"} <= {c.name for c in source.callees}
     assert [(b.shape, b.dtype) for b in source.scratch] == [((panels(1, m) * MR * k,), tf.float32)]
     assert source.arguments[-1] is source.scratch[-1], "the engine's own buffers follow the program's"
