@@ -479,13 +479,14 @@ def render_kernel(k: Kernel, parallel: bool = False, numerics: Numerics = DEFAUL
 
 def _splittable(k: Kernel) -> bool:
     """Whether the outermost loop's iterations are independent, so threads may run ranges of it:
-    element-wise kernels, arg-reductions, and reductions that keep the outermost axis and accumulate
-    in registers."""
+    element-wise kernels, arg-reductions, reductions that accumulate in registers, and those that
+    accumulate rows of their output of two axes or more (:func:`_render_reduce`: row by row, each row's
+    reduction loops inside its outer axes' loops)."""
     if k.reduce is None:
         return True
     if k.reduce.mode == "scan":
         return False
-    return REDUCTIONS[k.reduce.op].is_arg or _reduce_in_registers(k)
+    return REDUCTIONS[k.reduce.op].is_arg or _reduce_in_registers(k) or len(k.domain) >= 2
 
 
 def _domain_loops(k: Kernel, params: _Params, chunked: bool, fp: _FloatPoint) -> tuple[list[str], int]:
@@ -499,6 +500,22 @@ def _domain_loops(k: Kernel, params: _Params, chunked: bool, fp: _FloatPoint) ->
         return _loops(names, sizes)
     rest, depth = _loops(names[1:], sizes[1:])
     return ["for j0 in range(hi - lo):", "    i0 = lo + j0", *_indent(rest, 1)], depth + 1
+
+
+def _axes(k: Kernel, params: _Params, fp: _FloatPoint) -> tuple[list[str], list[str]]:
+    """The names and trip counts (source) of the loops over the kernel's domain, outermost first."""
+    names = [f"i{j}" for j in range(len(k.domain))]
+    sizes = [params.int(d) for d in k.domain]
+    fp.sizes.update(zip(names, sizes))
+    return names, sizes
+
+
+def _outer_loops(names: list[str], sizes: list[str], chunked: bool) -> tuple[list[str], int]:
+    """The loop headers over every axis but the innermost (of at least two: a reduction's rows, swept inside
+    them), and their depth; with ``chunked`` the outermost runs over ``[lo, hi)``."""
+    rest, depth = _loops(names[1:-1], sizes[1:-1])
+    first = ["for j0 in range(hi - lo):", "    i0 = lo + j0"] if chunked else [f"for i0 in range({sizes[0]}):"]
+    return [*first, *_indent(rest, 1)], depth + 1
 
 
 def _reduction_sizes(k: Kernel, params: _Params, fp: _FloatPoint) -> list[str]:
@@ -591,12 +608,18 @@ def _render_reduce(k: Kernel, params: _Params, hoisted: list[str], parallel: boo
     body = _Body(params, hoisted, fp=fp)
     v = body.expr(store.value)
     out = _at(params.buf(store.buf), body.index(store.index))
-    head, depth = _domain_loops(k, params, False, fp)
     rloops, rdepth = _loops(rnames, _reduction_sizes(k, params, fp))
-    init = head + _indent([f"{out} = {_reduce_init(red, acc_t)}"], depth)
+    init = [f"{out} = {_reduce_init(red, acc_t)}"]
     update = body.lines + fp.count_inputs(v, store.value.dtype) + [f"{out} = {red.step(out, v, acc_t)}"]
     checks = fp.check_total(out) if fp.traps and acc_t.is_floating else []
-    return init + rloops + _indent(head + _indent(update, depth), rdepth) + \
+    if len(k.domain) >= 2:  # row by row: the reduction loops inside the outer kept axes' loops (see _splittable)
+        names, sizes = _axes(k, params, fp)
+        head, depth = _outer_loops(names, sizes, parallel)
+        row, _ = _loops(names[-1:], sizes[-1:])
+        sweeps = [*row, *_indent(init, 1), *rloops, *_indent([*row, *_indent(update, 1)], rdepth)]
+        return head + _indent(sweeps + ([*row, *_indent(checks, 1)] if checks else []), depth)
+    head, depth = _domain_loops(k, params, False, fp)
+    return head + _indent(init, depth) + rloops + _indent(head + _indent(update, depth), rdepth) + \
         (head + _indent(checks, depth) if checks else [])
 
 
@@ -633,12 +656,8 @@ def _render_argreduce_rows(k: Kernel, params: _Params, hoisted: list[str], paral
     value, so the results are the same."""
     assert k.reduce is not None
     (store,) = k.stores
-    names = [f"i{j}" for j in range(len(k.domain))]
-    sizes = [params.int(d) for d in k.domain]
-    fp.sizes.update(zip(names, sizes))
-    head, depth = _loops(names[1:-1], sizes[1:-1])
-    head = (["for j0 in range(hi - lo):", "    i0 = lo + j0"] if parallel else [f"for i0 in range({sizes[0]}):"]) + \
-        _indent(head, 1)
+    names, sizes = _axes(k, params, fp)
+    head, depth = _outer_loops(names, sizes, parallel)
     n = params.int(k.reduce.rdomain[0])
     row = len(names) + 1  # the row loop's level: inside the kept axes' loops and r0's
     levels = {**{name: level for level, name in enumerate(names[:-1], start=1)}, "r0": row - 1, names[-1]: row,
@@ -646,7 +665,7 @@ def _render_argreduce_rows(k: Kernel, params: _Params, hoisted: list[str], paral
     body = _Body(params, hoisted, levels, fp=fp)
     out = _at(params.buf(store.buf), body.index(store.index))
     sweeps = _packed_rows if _packs_best(store) else _gathering_rows
-    return [*head, *_indent(sweeps(k, body, fp, out, names[-1], sizes[-1], n), depth + 1)]
+    return [*head, *_indent(sweeps(k, body, fp, out, names[-1], sizes[-1], n), depth)]
 
 
 def _row_sweep(body: _Body, row: str, size: str, n: str, update: Callable[[list[str]], list[str]]) -> list[str]:
