@@ -79,8 +79,11 @@ SETTINGS: dict[str, Setting] = {
         Setting("CHECKS", _bool, False, "verify every IR after every pass"),
         Setting("DIRECT_CODELETS", _bool, True,
                 "build generated codelets' LLVM IR directly (0: compile every codelet with Numba's pipeline)"),
-        Setting("PARALLEL_MIN_ELEMENTS", int, 1 << 18,
-                "element-wise codelets at least this large run on all threads"),
+        # why 2^16, not 2^18: the Keras CNN's epoch took 10-15% less time with its max-pools' and col2im's
+        # codelets (170-250 thousand elements) split too (2-core Emerald Rapids, the two programs' calls
+        # alternated in one process); the LSTM's was the same or faster, W1's and C1's splits did not change
+        Setting("PARALLEL_MIN_ELEMENTS", int, 1 << 16,
+                "codelets of at least this many elements of work run on all threads"),
         Setting("INTERCHANGE_LOOPS", _bool, True,
                 "run a loop of element-wise codelets chunk by chunk, every iteration on a cache-sized chunk "
                 "(0: iteration by iteration, for comparing the two)"),

@@ -86,3 +86,27 @@ def test__a_max_pool_as_large_as_the_keras_cnns__is_split_by_default() -> None:
     fn = tf.function(lambda v: tf.nn.max_pool2d(v, 2, 2, "VALID"), jit_compile=True)
     assert "split(K[" in program_text(fn, x, "engine")
 
+
+def test__the_keras_cnns_col2im__splits_over_threads_by_default() -> None:
+    """The input gradient of a convolution of 32 input channels (the Keras CNN's second) is col2im, a
+    gather-sum over 32 x 13 x 13 x 32 = 173,056 elements: under the default threshold it runs on all threads
+    (at 2^18 it ran on one, 4.4% of the CNN's samples)."""
+    x = np.random.default_rng(4).standard_normal((32, 13, 13, 32)).astype(np.float32)
+    w = np.random.default_rng(5).standard_normal((3, 3, 32, 64)).astype(np.float32)
+
+    def input_gradient(v):
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            y = tf.nn.conv2d(v, w, 1, "VALID")
+        return tape.gradient(y, v, output_gradients=tf.ones_like(y))
+
+    fn = tf.function(input_gradient, jit_compile=True)
+    engine = program_text(fn, x, "engine")
+    assert any("col2im" in line and line.strip().startswith("split(K[") for line in engine.splitlines()), engine
+    # with ones for the output's gradient, each input position gets the taps (summed over the outputs) whose
+    # windows reach it: tap (i, j) reaches the 11 x 11 positions from (i, j) on
+    taps, want = w.sum(axis=-1), np.zeros((13, 13, 32), np.float64)
+    for i in range(3):
+        for j in range(3):
+            want[i:i + 11, j:j + 11] += taps[i, j]
+    np.testing.assert_allclose(fn(x).numpy(), np.broadcast_to(want, x.shape), rtol=1e-5, atol=1e-5)
