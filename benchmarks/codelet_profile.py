@@ -7,7 +7,8 @@ The workload is built and called once (compiling it), then ``perf record`` sampl
 it is called ``--calls`` more times. popjit's program libraries are machine code loaded at run time,
 which perf cannot name by itself: before sampling, every function of every program library loaded so
 far is written to ``/tmp/perf-<pid>.map`` (perf's map of JIT code: start, size, name), so the report
-names codelets (``k12.3``: the engine's 13th codelet), library kernels and the engine. The report is
+names the units of machine code (``popjit.unit.<key>``: a codelet or a library kernel, which programs share)
+with the engine's kernels that call them (``k7_patches_max``), and the engine. The report is
 perf's own, sorted by samples per symbol; ``--threads`` splits it by thread (the pool's workers). The
 pool is pinned (:func:`pin_threads`), so perf's own process does not send the engine to one thread.
 
@@ -22,6 +23,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +57,50 @@ def _defined_functions(part: tuple) -> list[str]:
     return [f.name for f in module.functions if not f.is_declaration]
 
 
+def _invokes(nodes: list[Any]) -> Iterator[Any]:
+    """Every call of an engine's statement tree (:class:`popjit.codegen.engine.Invoke`), loops' and branches' too."""
+    from popjit.codegen.engine import Invoke
+
+    for node in nodes:
+        if isinstance(node, Invoke):
+            yield node
+        for part in vars(node).values():
+            if isinstance(part, list):
+                yield from _invokes(part)
+
+
+def kernel_names() -> dict[str, list[str]]:
+    """The kernels calling each unit of machine code (``popjit.unit.<key>``, a codelet or a library kernel
+    that programs share) in the engines loaded in this process: the engine's names of the calls
+    (``k7_patches_max``), in the order the engines make them."""
+    import numpy as np
+
+    from popjit import config
+    from popjit.codegen import compile as engines
+    from popjit.codegen import library
+    from popjit.codegen.engine import storage_dtype
+
+    names: dict[str, list[str]] = {}
+    for engine in list(engines._ENGINES.values()):
+        src = engine.src
+        callers: dict[int, list[str]] = {}
+        for call in _invokes(src.body):
+            callers.setdefault(call.slot, []).append(call.comment.split(",")[0])
+        buffers = [np.empty(0, storage_dtype(b.dtype)) for b in src.arguments]
+        for slot, (callee, fn) in enumerate(zip(src.callees, engines._all_callee_functions(src), strict=True)):
+            if fn is None:
+                continue  # a host function: not machine code of popjit's
+            types = tuple(engines._argument_type(kind, buffers) for kind in callee.kinds)
+            source = library._codelet_source(fn) if config.get("DIRECT_CODELETS") else None
+            key = library._unit_key(fn, types, source)
+            if key is not None:
+                names.setdefault(library._UNITS.symbol(key), []).extend(callers.get(slot, []))
+    return names
+
+
 def write_perf_map(path: Path) -> int:
     """Write perf's JIT map of every recorded program library's functions (its own parts' and its units'
-    groups'); how many were written."""
+    groups'), a unit named with the kernels calling it (:func:`kernel_names`); how many were written."""
     from popjit.codegen.library import _UNITS
 
     symbols: dict[int, str] = {}
@@ -70,10 +113,13 @@ def write_perf_map(path: Path) -> int:
             address = code.get_pointer_to_function(name)
             if address:
                 symbols[address] = name
+    callers = kernel_names()
     starts = sorted(symbols)
     with path.open("w") as f:
         for start, end in zip(starts, [*starts[1:], starts[-1] + 4096] if starts else []):
-            f.write(f"{start:x} {min(end - start, 1 << 20):x} {symbols[start]}\n")
+            name = symbols[start]
+            called = " ".join(dict.fromkeys(callers.get(name, [])))
+            f.write(f"{start:x} {min(end - start, 1 << 20):x} {name}{f' ({called})' if called else ''}\n")
     return len(starts)
 
 

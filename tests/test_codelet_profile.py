@@ -1,12 +1,13 @@
 """The developer's profiler (``benchmarks/codelet_profile.py``) names popjit's machine code for perf:
 its map lists every function of the program libraries loaded, the engine's and the codelets' entry
-points included, as perf reads JIT maps (``start size name``, hexadecimal, non-overlapping). perf
-itself is not run here."""
+points included, as perf reads JIT maps (``start size name``, hexadecimal, non-overlapping), each unit
+of machine code with the engine's kernels calling it. perf itself is not run here."""
 
 from __future__ import annotations
 
 import itertools
 import os
+import re
 
 import numpy as np
 
@@ -35,6 +36,10 @@ def test__the_perf_map_names_every_entry_point_of_a_loaded_program(tmp_path, mon
     (_, library), = codelet_profile._LIBRARIES
     assert library.engine in starts
     assert set(library.addresses) <= starts
+    engine = step.get_concrete_function(x).executable("/device:CPU:0").as_text("engine")
+    kernels = set(re.findall(r"# (k\d+_\w+)", engine))
+    named = [name for _, _, name in spans if name.startswith("popjit.unit.")]
+    assert kernels and all(any(f"({k}" in name or f" {k}" in name for name in named) for k in kernels), named
 
 
 def test__the_profiled_pool_is_pinned_unless_the_user_pinned_it(monkeypatch) -> None:
