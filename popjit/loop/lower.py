@@ -23,6 +23,7 @@ from popjit.ir.loop import Apply, Buffer, Copy, If, Kernel, Program, Repeat, Stm
 from popjit.ir.loop import row_major_strides as rm
 from popjit.loop.streams import StreamLowering
 from popjit.ops import registry
+from popjit.ops.source import RESERVE
 
 
 class LowerCtx:
@@ -113,10 +114,12 @@ class LowerCtx:
     def lower_while(self, node: Node, args: list[Lazy]) -> list[Lazy]:
         cond, body = node.regions
         carried = [self.new_temp(v.shape, v.dtype, "carried") for v in node.inputs]
-        for lz, buf in zip(args, carried):
-            self.materialize(lz, into=buf)
         trip = node.attrs.get("trip_count")
         limit = node.attrs.get("max_iterations")
+        whole = trip is not None and (limit is None or limit >= trip)  # every iteration runs
+        for v, lz, buf in zip(node.inputs, args, carried):
+            if not (whole and v.producer is not None and v.producer.op == RESERVE):  # a reserved stack: unfilled
+                self.materialize(lz, into=buf)
         cond_block: list[Stmt] = []
         pred = None
         if trip is None:

@@ -94,6 +94,25 @@ register(OpDef("eye", SOURCE, _eye_infer, _eye_ref, _lower_eye, cost=ElementCost
                doc="tf.eye: ones on the diagonal of the last two axes (batched)"))
 
 
+def _reserve_infer(shape: tuple[int, ...], dtype: DType) -> Aval:
+    return Aval(tuple(int(d) for d in shape), dtype)
+
+
+def _lower_reserve(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
+    aval = node.outputs[0].aval
+    return [Lazy(aval.shape, aval.dtype, lambda idx: Const(0, aval.dtype))]
+
+
+#: A stack that a counted loop carries and writes whole, row ``i`` at iteration ``i``, before anything reads
+#: it (autodiff's saved iterations of a loop, :func:`popjit.ops.control_flow._forward_states`): zeros wherever
+#: it is read as it is, but the loop carrying it does not fill its buffer first (:meth:`~popjit.loop.lower.LowerCtx.lower_while`),
+#: as TensorFlow's ``TensorListReserve`` reserves a list without writing it.
+RESERVE = "reserve"
+
+register(OpDef(RESERVE, SOURCE, _reserve_infer, lambda shape, dtype: np.zeros(shape, dtype.np), _lower_reserve,
+               cost=ElementCost(), doc="a stack a counted loop writes row by row before reading it"))
+
+
 # Gradient rules: sources have no inputs to differentiate.
-for _name in ('constant', 'iota', 'eye'):
+for _name in ('constant', 'iota', 'eye', RESERVE):
     REGISTRY[_name].vjp = no_gradient

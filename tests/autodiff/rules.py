@@ -28,7 +28,8 @@ from popjit.frontend.tracing import apply_op
 NOT_DIFFERENTIABLE = frozenset({
     "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or",
     "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "is_nan", "is_finite", "argmax", "argmin",
-    "reduce_any", "reduce_all", "one_hot", "constant", "iota", "eye", "random_uniform", "random_normal", "philox",
+    "reduce_any", "reduce_all", "one_hot", "constant", "iota", "eye", "reserve", "random_uniform", "random_normal",
+    "philox",
 })
 # Gradients of `while`/`if` come with the control-flow work; feeds carry no gradient (effects); the
 # collectives' gradients are tested across real replicas (tests/ipu/test_replication.py).
