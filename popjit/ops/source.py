@@ -105,8 +105,9 @@ def _lower_reserve(ctx: Any, node: Any, args: list[Lazy]) -> list[Lazy]:
 
 #: A stack that a counted loop carries and writes whole, row ``i`` at iteration ``i``, before anything reads
 #: it (autodiff's saved iterations of a loop, :func:`popjit.ops.control_flow._forward_states`): zeros wherever
-#: it is read as it is, but the loop carrying it does not fill its buffer first (:meth:`~popjit.loop.lower.LowerCtx.lower_while`),
-#: as TensorFlow's ``TensorListReserve`` reserves a list without writing it.
+#: it is read as it is, but the loop carrying it does not fill its buffer first
+#: (:meth:`~popjit.loop.lower.LowerCtx.lower_while`), as TensorFlow's ``TensorListReserve`` reserves a list
+#: without writing it.
 RESERVE = "reserve"
 
 register(OpDef(RESERVE, SOURCE, _reserve_infer, lambda shape, dtype: np.zeros(shape, dtype.np), _lower_reserve,
