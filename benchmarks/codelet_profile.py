@@ -75,7 +75,6 @@ def kernel_names() -> dict[str, list[str]]:
     (``k7_patches_max``), in the order the engines make them."""
     import numpy as np
 
-    from popjit import config
     from popjit.codegen import compile as engines
     from popjit.codegen import library
     from popjit.codegen.engine import storage_dtype
@@ -86,13 +85,11 @@ def kernel_names() -> dict[str, list[str]]:
         callers: dict[int, list[str]] = {}
         for call in _invokes(src.body):
             callers.setdefault(call.slot, []).append(call.comment.split(",")[0])
-        buffers = [np.empty(0, storage_dtype(b.dtype)) for b in src.arguments]
-        for slot, (callee, fn) in enumerate(zip(src.callees, engines._all_callee_functions(src), strict=True)):
+        types = engines.callee_types(src, [np.empty(0, storage_dtype(b.dtype)) for b in src.arguments])
+        for slot, (fn, slot_types) in enumerate(zip(engines._all_callee_functions(src), types, strict=True)):
             if fn is None:
                 continue  # a host function: not machine code of popjit's
-            types = tuple(engines._argument_type(kind, buffers) for kind in callee.kinds)
-            source = library._codelet_source(fn) if config.get("DIRECT_CODELETS") else None
-            key = library._unit_key(fn, types, source)
+            key = library.unit_key(fn, slot_types)
             if key is not None:
                 names.setdefault(library._UNITS.symbol(key), []).extend(callers.get(slot, []))
     return names

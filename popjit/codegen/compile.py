@@ -191,9 +191,7 @@ class Engine:
                          for c, f in zip(self.src.callees, _all_callee_functions(self.src))]
             return getattr(module, self.src.name), tuple(functions), None
         start_parallel_runtime()
-        typed = {kind: _argument_type(kind, buffers) for kind in {k for c in self.src.callees for k in c.kinds}}
-        types = [tuple(numba.types.int64 if host.is_host(c.name) else typed[kind] for kind in c.kinds)
-                 for c in self.src.callees]
+        types = callee_types(self.src, buffers)
         callees = [(c.name, t) for c, t in zip(self.src.callees, types) if not host.is_host(c.name)]
         with Phases(program).phase("machine code") as phase, CompileProgress(program) as progress:
             library = program_library(self.src.name, lambda: engine_module(self.src, types), callees,
@@ -237,6 +235,14 @@ def _all_callee_functions(src: EngineSource) -> list[Any]:
     """One entry per callee: its function, or None for a host function."""
     return [None if host.is_host(c.name) else load_codelet(src.codelets[c.name]) if c.name in src.codelets
             else getattr(importlib.import_module(src.library[c.name]), c.name) for c in src.callees]
+
+
+def callee_types(src: EngineSource, buffers: Sequence[np.ndarray]) -> list[tuple]:
+    """The Numba argument types each of the engine's callees is compiled for when it runs on ``buffers`` (a
+    host function's, which Numba does not compile, all int64)."""
+    typed = {kind: _argument_type(kind, buffers) for kind in {k for c in src.callees for k in c.kinds}}
+    return [tuple(numba.types.int64 if host.is_host(c.name) else typed[kind] for kind in c.kinds)
+            for c in src.callees]
 
 
 def _argument_type(kind: str, buffers: Sequence[np.ndarray]) -> Any:

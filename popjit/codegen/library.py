@@ -222,7 +222,7 @@ def _build(key: str, engine: str, engine_module: Any, callees: Sequence[tuple[st
     distinct = list({(id(fn), types): (name, fn, types) for (name, types), fn in zip(callees, functions)}.values())
     direct = _DirectCodelets() if config.get("DIRECT_CODELETS") else None
     sources = [_codelet_source(fn) if direct else None for _, fn, _ in distinct]
-    unit_keys = [_unit_key(fn, types, source) for (_, fn, types), source in zip(distinct, sources)]
+    unit_keys = [unit_key(fn, types) for _, fn, types in distinct]
     kernels = {k for k, source in zip(unit_keys, sources) if k is not None and source is None}
     symbols = {(id(fn), types): _UNITS.symbol(k) for (_, fn, types), k in zip(distinct, unit_keys)
                if k is not None and _UNITS.ready(k, k in kernels)}
@@ -389,6 +389,12 @@ class _Part:
 #: Marks a unit's file and a unit group's; a file without its mark is not one (damaged or foreign).
 UNIT_MAGIC = "popjit-unit-1"
 GROUP_MAGIC = "popjit-unit-group-1"
+
+
+def unit_key(fn: Any, types: tuple) -> str | None:
+    """The key of callee ``fn``'s unit for ``types`` as a program library builds it (:func:`_unit_key`, of the
+    generated codelet's source when codelets are built directly), None when it is never a unit."""
+    return _unit_key(fn, types, _codelet_source(fn) if config.get("DIRECT_CODELETS") else None)
 
 
 def _unit_key(fn: Any, types: tuple, source: str | None, entry: str | None = None) -> str | None:

@@ -491,15 +491,7 @@ def _splittable(k: Kernel) -> bool:
 
 def _domain_loops(k: Kernel, params: _Params, chunked: bool, fp: _FloatPoint) -> tuple[list[str], int]:
     """Loop headers over the kernel's domain; with ``chunked`` the outermost runs over ``[lo, hi)``."""
-    names = [f"i{j}" for j in range(len(k.domain))]
-    sizes = [params.int(d) for d in k.domain]
-    fp.sizes.update(zip(names, sizes))
-    if not names:
-        return [], 0
-    if not chunked:
-        return _loops(names, sizes)
-    rest, depth = _loops(names[1:], sizes[1:])
-    return ["for j0 in range(hi - lo):", "    i0 = lo + j0", *_indent(rest, 1)], depth + 1
+    return _nest(*_axes(k, params, fp), chunked)
 
 
 def _axes(k: Kernel, params: _Params, fp: _FloatPoint) -> tuple[list[str], list[str]]:
@@ -510,11 +502,17 @@ def _axes(k: Kernel, params: _Params, fp: _FloatPoint) -> tuple[list[str], list[
     return names, sizes
 
 
-def _outer_loops(names: list[str], sizes: list[str], chunked: bool) -> tuple[list[str], int]:
-    """The loop headers over every axis but the innermost (of at least two: a reduction's rows, swept inside
-    them), and their depth; with ``chunked`` the outermost runs over ``[lo, hi)``."""
-    rest, depth = _loops(names[1:-1], sizes[1:-1])
-    first = ["for j0 in range(hi - lo):", "    i0 = lo + j0"] if chunked else [f"for i0 in range({sizes[0]}):"]
+#: The header of a split codelet's outermost loop: the range ``[lo, hi)`` of ``i0`` its caller gave it.
+_CHUNKED_HEAD = ("for j0 in range(hi - lo):", "    i0 = lo + j0")
+
+
+def _nest(names: list[str], sizes: list[str], chunked: bool) -> tuple[list[str], int]:
+    """Loop headers over the axes ``names`` (``i0`` first) of trip counts ``sizes``, and their depth; with
+    ``chunked`` the outermost runs over ``[lo, hi)``."""
+    if not names:
+        return [], 0
+    rest, depth = _loops(names[1:], sizes[1:])
+    first = _CHUNKED_HEAD if chunked else (f"for {names[0]} in range({sizes[0]}):",)
     return [*first, *_indent(rest, 1)], depth + 1
 
 
@@ -529,11 +527,9 @@ def _reduction_sizes(k: Kernel, params: _Params, fp: _FloatPoint) -> list[str]:
 def _loop_headers(k: Kernel, params: _Params, chunked: bool, fp: _FloatPoint) -> list[list[str]]:
     """The opening lines of each loop over the kernel's domain, outermost first; with ``chunked`` the
     outermost runs over ``[lo, hi)``."""
-    sizes = [params.int(d) for d in k.domain]
-    fp.sizes.update((f"i{j}", size) for j, size in enumerate(sizes))
-    headers = [[f"for i{j} in range({size}):"] for j, size in enumerate(sizes)]
+    headers = [[f"for {name} in range({size}):"] for name, size in zip(*_axes(k, params, fp), strict=True)]
     if chunked and headers:
-        headers[0] = ["for j0 in range(hi - lo):", "    i0 = lo + j0"]
+        headers[0] = list(_CHUNKED_HEAD)
     return headers
 
 
@@ -614,7 +610,7 @@ def _render_reduce(k: Kernel, params: _Params, hoisted: list[str], parallel: boo
     checks = fp.check_total(out) if fp.traps and acc_t.is_floating else []
     if len(k.domain) >= 2:  # row by row: the reduction loops inside the outer kept axes' loops (see _splittable)
         names, sizes = _axes(k, params, fp)
-        head, depth = _outer_loops(names, sizes, parallel)
+        head, depth = _nest(names[:-1], sizes[:-1], parallel)  # the rows inside
         row, _ = _loops(names[-1:], sizes[-1:])
         sweeps = [*row, *_indent(init, 1), *rloops, *_indent([*row, *_indent(update, 1)], rdepth)]
         return head + _indent(sweeps + ([*row, *_indent(checks, 1)] if checks else []), depth)
@@ -657,7 +653,7 @@ def _render_argreduce_rows(k: Kernel, params: _Params, hoisted: list[str], paral
     assert k.reduce is not None
     (store,) = k.stores
     names, sizes = _axes(k, params, fp)
-    head, depth = _outer_loops(names, sizes, parallel)
+    head, depth = _nest(names[:-1], sizes[:-1], parallel)  # the rows inside
     n = params.int(k.reduce.rdomain[0])
     row = len(names) + 1  # the row loop's level: inside the kept axes' loops and r0's
     levels = {**{name: level for level, name in enumerate(names[:-1], start=1)}, "r0": row - 1, names[-1]: row,
