@@ -29,6 +29,7 @@ the device's rounding key (two words) and a call number that each rounding codel
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,7 @@ from popjit.codegen.render import Rendered, render_kernel
 from popjit.dtypes import DType
 from popjit.ir.loop import Buffer, Collective, Copy, If, Kernel, MatMul, Program, Repeat, Stmt, StmtVisitor, While
 from popjit.kernels.gemm_choice import (
+    MR,
     depth_split,
     depth_sum_call,
     own_calls,
@@ -53,7 +55,7 @@ from popjit.kernels.gemm_choice import (
 )
 from popjit.kernels.threads import threads_to_use
 from popjit.loop.interchange import chunk_rows, interchangeable
-from popjit.loop.passes import scatters
+from popjit.loop.passes import row_consumer_scale, scatters
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,23 @@ class Invoke:
 
 
 @dataclass
+class Chained:
+    """A split product and the element-wise kernel after it that reads its result row by row
+    (:func:`~popjit.loop.passes.row_consumer_scale`), run as one split call: each task runs the product
+    (``calls[0]``) on a range of its units, then the kernel (``calls[1]``) on the iterations of its
+    outermost loop that read the rows that range wrote, while they are in the core's cache. One
+    parallel region instead of two, and the kernel reads the product's rows from cache, not memory.
+    A unit of the product is ``height`` rows of one ``rows``-row matrix of the batch (``panels`` units
+    a matrix); a row of the result is ``scale`` iterations of the kernel's outermost loop."""
+
+    calls: list[Invoke]
+    panels: str
+    height: str
+    rows: str
+    scale: str
+
+
+@dataclass
 class Loop:
     """``Repeat``: ``count`` (a ``P[i]``) iterations, polling the interrupt flag at each."""
 
@@ -218,6 +237,7 @@ class _Emitter(StmtVisitor):
         self.collective_numbers = {id(c): k for k, c in enumerate(collectives(program))}
         self.context_slot: int | None = None
         self.implicit = plan_implicit(program, numerics)
+        self.row_units: dict[int, tuple[int, int]] = {}  # id of a product's call over rows -> (height, rows)
 
     def int(self, v: int) -> str:
         self.ints.append(int(v))
@@ -269,12 +289,52 @@ class _Emitter(StmtVisitor):
         ranges = (self.int(split[0]), self.int(split[1])) if split else None
         self.body.append(Invoke(slot, tuple(args), comment, trap, rounds, ranges, chunks, planned))
 
+    def block(self, stmts: Sequence[Stmt]) -> None:
+        """Emit ``stmts``, each product followed by a kernel that reads its rows as one :class:`Chained` call
+        where both run over ranges."""
+        stmts = list(stmts)
+        j = 0
+        while j < len(stmts):
+            self.stmt(stmts[j])
+            if isinstance(stmts[j], MatMul) and j + 1 < len(stmts) and self.chain(stmts[j], stmts[j + 1]):
+                j += 1
+            j += 1
+
+    def chain(self, product: MatMul, after: Stmt) -> bool:
+        """Emit ``after`` chained to ``product``'s last call (just emitted) if it reads ``product``'s rows and
+        both can run over ranges; whether it did."""
+        scale = row_consumer_scale(product, after)
+        last = self.body[-1] if self.body else None
+        units = self.row_units.get(id(last))
+        # why not with traps or stochastic rounding: a trap stops the engine at its compute set, and
+        # rounding numbers the calls, in the order the program makes them
+        if (scale is None or units is None or id(after) in self.implicit.skipped or config.get("DISABLE_NUMBA")
+                or self.numerics.traps or self.numerics.sr):
+            return False
+        assert isinstance(last, Invoke) and isinstance(after, Kernel)
+        self.emit_kernel(after, parallel=True)
+        kernel = self.body[-1]
+        if kernel.split is None:
+            return True  # why True: the kernel is emitted, after the product, as a call of its own
+        height, rows = units
+        self.body[-2:] = [Chained([last, kernel], self.int(-(-rows // height)), self.int(height), self.int(rows),
+                                  self.int(scale))]
+        return True
+
+    def rows_of_last_call(self, height: int, rows: int) -> None:
+        """Note that the call just emitted runs over units of ``height`` rows of each ``rows``-row matrix of a
+        product (which :meth:`chain` may chain a kernel to)."""
+        self.row_units[id(self.body[-1])] = (height, rows)
+
     def visit_kernel(self, s: Kernel) -> None:
         if id(s) in self.implicit.skipped:
             return  # why: its products compute what it would store (codegen/implicit.py)
         work = s.size * (int(np.prod(s.reduce.rdomain, dtype=np.int64)) if s.reduce is not None else 1)
-        parallel = (work >= config.get("PARALLEL_MIN_ELEMENTS") and not config.get("DISABLE_NUMBA")
-                    and not scatters(s))
+        self.emit_kernel(s, work >= config.get("PARALLEL_MIN_ELEMENTS"))
+
+    def emit_kernel(self, s: Kernel, parallel: bool) -> None:
+        """The call of ``s``'s codelet; over ranges on threads if ``parallel`` and it can be."""
+        parallel = parallel and not config.get("DISABLE_NUMBA") and not scatters(s)
         # why a range even for a kernel run whole: one codelet then serves its small sizes and its large ones,
         # which run on threads (a new batch size reuses the machine code, codegen/library.py's units)
         r = render_kernel(s, not scatters(s), self.numerics)
@@ -317,6 +377,8 @@ class _Emitter(StmtVisitor):
         traps = bool(n.inv or n.oflo) and s.out.dtype.is_floating
         # why rounds only without traps: then the check below is the call that advances the number
         self.invoke(fn, args, s.name, rounds=half and n.sr and not traps, split=split, chunks=chunks, planned=planned)
+        if split is not None and (height := _row_height(fn, s)) is not None:
+            self.rows_of_last_call(height, s.m)
         if not traps:
             return
         check = "product_traps_half" if half else "product_traps_float"
@@ -343,6 +405,7 @@ class _Emitter(StmtVisitor):
                 *map(self.float, r.floats), *map(self.int, (s.batch, s.m, s.n, s.k)), self.int(a.outer_stride),
                 self.float(s.alpha), self.float(s.beta)]
         self.invoke(r.func, args, s.name, split=(plan.units, plan.per_task))
+        self.rows_of_last_call(MR, s.m)
 
     def computed_deep_product(self, s: MatMul, a: ComputedOperand, r: Rendered) -> None:
         """:meth:`computed_product` of a product cut across its depth: its codelet ``r`` over the chunks, one a
@@ -356,6 +419,7 @@ class _Emitter(StmtVisitor):
         self.invoke(r.func, args, s.name, split=(plan.units, 1))
         self.invoke_gemm_kernel(depth_sum_call(plan, self.buf(s.out), parts, [batch, m, n, chunks],
                                                self.float(s.beta)), s.name)
+        self.rows_of_last_call(1, s.m)
 
     def invoke_gemm_kernel(self, call: tuple[str, list[str], tuple[int, int]], comment: str) -> None:
         """Call one of :mod:`popjit.kernels.gemm`'s kernels: (its name, its arguments, its split)."""
@@ -403,6 +467,20 @@ def _blas_split(batch: int, m: int, n: int, k: int) -> tuple[tuple[int, int], in
     return None if split is None else (split, chunks_per_thread(batch, m, n, k))
 
 
+def _row_height(fn: str, s: MatMul) -> int | None:
+    """How many rows of each matrix of ``s``'s result a unit of its split call ``fn`` computes, when its units
+    are rows (None when they are columns)."""
+    if fn == "gemm_packed_b":
+        return MR
+    if fn == "sum_depth":
+        return 1
+    if fn == "matmul_split" and s.m >= s.n:  # why m >= n: kernels.blas_split cuts such products by rows
+        from popjit.kernels.blas_split import BLOCK
+
+        return BLOCK
+    return None
+
+
 def _runs_anywhere(node: Any) -> bool:
     """Whether a call may run on any range of its loop at any time: split, trap-free and without a
     rounding call number (which counts calls)."""
@@ -439,6 +517,12 @@ class _PythonText:
             self.emit(depth, f"if _t: return {TRAPPED} | _t | ({node.trap} << 8)")
         if node.rounds:
             self.emit(depth, "R[2] += 1")
+
+    def chained(self, node: Chained, depth: int) -> None:
+        """Printed as the two calls it computes the same as (the comment tells the engines apart)."""
+        header = len(self.lines)
+        self.block(node.calls, depth)
+        self.lines[header] += f"  # chained: each range's rows of {node.rows}, {node.height} a unit, then the next"
 
     def loop(self, node: Loop, depth: int) -> None:
         self.loops += 1

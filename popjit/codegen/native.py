@@ -32,7 +32,7 @@ from llvmlite import ir
 from numba.core.registry import cpu_target
 
 from popjit.buffers import data_addresses
-from popjit.codegen.engine import Branch, EngineSource, InterchangedLoop, Invoke, Loop, WhileLoop
+from popjit.codegen.engine import Branch, Chained, EngineSource, InterchangedLoop, Invoke, Loop, WhileLoop
 from popjit.codegen.host import is_host
 from popjit.codegen.numerics import TRAPPED
 
@@ -61,6 +61,14 @@ def _header(callee: ir.Value, count: ir.Value, chunk: ir.Value) -> list[ir.Value
 ChunkBody = Callable[[ir.IRBuilder, list[ir.Value], ir.Value, ir.Value], ir.Value]
 
 
+def _call_in_frame(b: ir.IRBuilder, fields: list[ir.Value], at: int, arity: int, lo: ir.Value,
+                   hi: ir.Value) -> ir.Value:
+    """Call the callee at ``fields[at]`` with its ``arity`` arguments after it, on ``[lo, hi)``."""
+    callee, args = fields[at], fields[at + 1:at + 1 + arity]
+    fnty = ir.FunctionType(_I64, [*(a.type for a in args), _I64, _I64])
+    return b.call(b.inttoptr(callee, fnty.as_pointer()), [*args, lo, hi])
+
+
 def _repeated_calls(arities: list[int]) -> ChunkBody:
     """An interchanged loop's work on a chunk: the frame's iteration count times, each call in turn
     on ``[lo, hi)`` (the frame: the header, the count, the flag's address, then per call its callee
@@ -78,15 +86,35 @@ def _repeated_calls(arities: list[int]) -> ChunkBody:
         b.position_at_end(body)
         total, at = result, _CALLS
         for arity in arities:
-            callee, args = fields[at], fields[at + 1:at + 1 + arity]
-            fnty = ir.FunctionType(_I64, [*(a.type for a in args), _I64, _I64])
-            total = b.or_(total, b.call(b.inttoptr(callee, fnty.as_pointer()), [*args, lo, hi]))
+            total = b.or_(total, _call_in_frame(b, fields, at, arity, lo, hi))
             at += 1 + arity
         r.add_incoming(b.add(r, _I64(1)), b.block)
         result.add_incoming(total, b.block)
         b.branch(head)
         b.position_at_end(done)
         return result
+
+    return run
+
+
+#: A chained call's frame continues with its rows' layout (:class:`~popjit.codegen.engine.Chained`), then the calls.
+_PANELS, _HEIGHT, _ROWS, _SCALE = range(len(_FRAME_HEADER), len(_FRAME_HEADER) + 4)
+
+
+def _chained_calls(arities: list[int]) -> ChunkBody:
+    """A chained call's work on a chunk ``[lo, hi)`` of the product's units: the product on them, then the
+    kernel on the iterations reading the rows they wrote (the frame: the header, the rows' layout, then
+    per call its callee and ``arities[i]`` arguments); the result is the OR of the two."""
+    def run(b: ir.IRBuilder, fields: list[ir.Value], lo: ir.Value, hi: ir.Value) -> ir.Value:
+        panels, height, rows, scale = (fields[i] for i in (_PANELS, _HEIGHT, _ROWS, _SCALE))
+
+        def iteration(unit: ir.Value) -> ir.Value:  # the first row of ``unit``, in the kernel's iterations
+            matrix, panel = b.sdiv(unit, panels), b.srem(unit, panels)
+            return b.mul(b.add(b.mul(matrix, rows), _smin(b, b.mul(panel, height), rows)), scale)
+
+        product = _call_in_frame(b, fields, _SCALE + 1, arities[0], lo, hi)
+        kernel = _call_in_frame(b, fields, _SCALE + 2 + arities[0], arities[1], iteration(lo), iteration(hi))
+        return b.or_(product, kernel)
 
     return run
 
@@ -289,11 +317,9 @@ class _Builder:
         b = self.builder
         assert node.split is not None
         count, grain = (self.argument(expr, numba.types.int64) for expr in node.split)
-        most = _ceil_div(b, count, grain)
-        tasks = _smin(b, most, b.sext(b.call(self.runtime("get_num_threads", ir.IntType(32), []), []), _I64))
+        tasks, planned = self.tasks(count, grain, node.planned)
         frame_type = ir.LiteralStructType([_I64] * len(_FRAME_HEADER) + [a.type for a in args])
         frame = self.local(frame_type)
-        planned = tasks if node.planned is None else _smin(b, most, _I64(node.planned))
         with b.if_else(b.icmp_signed("<=", tasks, _I64(1))) as (inline, threaded):
             with inline:
                 if node.planned is None:
@@ -310,13 +336,57 @@ class _Builder:
                    count: ir.Value, grain: ir.Value, tasks: ir.Value) -> ir.Function:
         """Store a split call's header (its loop cut into chunks of about ``count / (tasks * chunks)``
         iterations, at least ``grain``) and arguments in ``frame``; the pool's task that claims them."""
-        b = self.builder
-        chunks = CHUNKS_PER_THREAD if node.chunks is None else node.chunks
-        share = _ceil_div(b, count, b.mul(tasks, _I64(chunks)))
-        header = _header(self.element(self.callees, node.slot, _I64), count, _smax(b, share, grain))
+        header = _header(self.element(self.callees, node.slot, _I64), count,
+                         self.chunk_length(count, grain, tasks, node.chunks))
         for index, value in enumerate([*header, *args]):
-            b.store(value, self.field(frame, index))
+            self.builder.store(value, self.field(frame, index))
         return self.task(node.slot, frame_type)
+
+    def pool_threads(self) -> ir.Value:
+        """The thread pool's threads (int64)."""
+        b = self.builder
+        return b.sext(b.call(self.runtime("get_num_threads", ir.IntType(32), []), []), _I64)
+
+    def tasks(self, count: ir.Value, grain: ir.Value, planned: int | None) -> tuple[ir.Value, ir.Value]:
+        """A split loop's tasks (at most one a thread, none under ``grain`` iterations), and the tasks its
+        chunks are cut for (``planned``, when given, instead of the pool's threads)."""
+        b = self.builder
+        most = _ceil_div(b, count, grain)
+        tasks = _smin(b, most, self.pool_threads())
+        return tasks, (tasks if planned is None else _smin(b, most, _I64(planned)))
+
+    def chunk_length(self, count: ir.Value, grain: ir.Value, tasks: ir.Value, chunks: int | None) -> ir.Value:
+        """A split loop's chunks: about ``count / (tasks * chunks)`` iterations (:data:`CHUNKS_PER_THREAD`
+        chunks a task unless given), at least ``grain``."""
+        b = self.builder
+        per_task = CHUNKS_PER_THREAD if chunks is None else chunks
+        return _smax(b, _ceil_div(b, count, b.mul(tasks, _I64(per_task))), grain)
+
+    def call_fields(self, nodes: list[Invoke]) -> tuple[list[ir.Value], list[int]]:
+        """The frame fields of calls a task makes in turn (each callee's entry point, then its arguments),
+        and each call's number of arguments."""
+        fields, arities = [], []
+        for n in nodes:
+            args = [self.argument(e, t) for e, t in zip(n.args, self.argument_types[n.slot])]
+            fields += [self.element(self.callees, n.slot, _I64), *args]
+            arities.append(len(args))
+        return fields, arities
+
+    def run_frame(self, name: str, fields: list[ir.Value], run: ChunkBody, tasks: ir.Value,
+                  stop: int | None = None) -> None:
+        """Store ``fields`` in a frame and have ``tasks`` tasks claim its chunks, each running ``run``
+        (:meth:`claiming_task`); with one task, the calling thread claims them all."""
+        b = self.builder
+        frame_type = ir.LiteralStructType([f.type for f in fields])
+        frame = self.local(frame_type)
+        for i, value in enumerate(fields):
+            b.store(value, self.field(frame, i))
+        task = self.claiming_task(name, frame_type, run, stop=stop)
+        with b.if_else(b.icmp_signed("<=", tasks, _I64(1))) as (inline, threaded):
+            with inline:
+                self.run_task_here(task, frame)
+            with threaded:
+                self.parallel_for(task, tasks, tasks, frame)
 
     def field(self, struct_pointer: ir.Value, index: int) -> ir.Value:
         return _field(self.builder, struct_pointer, index)
@@ -424,25 +494,28 @@ class _Builder:
         b = self.builder
         self.poll_stop()
         rows, chunk, count = (self.argument(e, numba.types.int64) for e in (node.rows, node.chunk, node.count))
-        calls = [[self.argument(e, t) for e, t in zip(n.args, self.argument_types[n.slot])] for n in node.body]
-        fields = [*_header(_I64(0), rows, chunk), count, b.ptrtoint(self.stop, _I64)]  # no callee: the calls follow
-        for n, args in zip(node.body, calls):
-            fields += [self.element(self.callees, n.slot, _I64), *args]
-        frame_type = ir.LiteralStructType([f.type for f in fields])
-        frame = self.local(frame_type)
-        for i, value in enumerate(fields):
-            b.store(value, self.field(frame, i))
+        calls, arities = self.call_fields(node.body)
+        fields = [*_header(_I64(0), rows, chunk), count, b.ptrtoint(self.stop, _I64), *calls]  # no callee: calls follow
         self.interchanged += 1
-        task = self.claiming_task(f"{self.src.name}.interchanged{self.interchanged}", frame_type,
-                                  _repeated_calls([len(args) for args in calls]), stop=_STOP)
-        threads = b.sext(b.call(self.runtime("get_num_threads", ir.IntType(32), []), []), _I64)
-        tasks = _smin(b, _ceil_div(b, rows, chunk), threads)
-        with b.if_else(b.icmp_signed("<=", tasks, _I64(1))) as (inline, threaded):
-            with inline:
-                self.run_task_here(task, frame)
-            with threaded:
-                self.parallel_for(task, tasks, tasks, frame)
+        tasks = _smin(b, _ceil_div(b, rows, chunk), self.pool_threads())
+        self.run_frame(f"{self.src.name}.interchanged{self.interchanged}", fields, _repeated_calls(arities), tasks,
+                       stop=_STOP)
         self.poll_stop()
+
+    def chained(self, node: Chained) -> None:
+        """Run a product and the kernel reading its rows range by range (:class:`~popjit.codegen.engine.Chained`):
+        the product's units are cut as its call alone would be (:meth:`split`), and each chunk's task calls
+        the kernel on that chunk's rows right after the product. Inline, with one task or thread, the chunks
+        run one after another on this thread."""
+        product, kernel = node.calls
+        assert product.split is not None
+        count, grain = (self.argument(expr, numba.types.int64) for expr in product.split)
+        tasks, planned = self.tasks(count, grain, product.planned)
+        chunk = self.chunk_length(count, grain, planned, product.chunks)
+        layout = [self.argument(e, numba.types.int64) for e in (node.panels, node.height, node.rows, node.scale)]
+        calls, arities = self.call_fields(node.calls)
+        fields = [*_header(_I64(0), count, chunk), *layout, *calls]  # no callee in the header: the calls follow
+        self.run_frame(f"{self.src.name}.chained{product.slot}_{kernel.slot}", fields, _chained_calls(arities), tasks)
 
     def whileloop(self, node: WhileLoop) -> None:
         def go_on(n: ir.Value) -> ir.Value:

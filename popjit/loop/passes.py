@@ -38,7 +38,9 @@ from popjit.ir.loop import (
     Store,
     While,
     as_index,
+    flat_index,
     ivar,
+    row_major_strides,
 )
 from popjit.loop.interchange import interchangeable
 from popjit.ops.reduce import REDUCTIONS
@@ -139,6 +141,28 @@ def scatters(k: Kernel) -> bool:
             if isinstance(atom, IValue) and outer in AtomCollector().inside(atom):
                 return True
     return False
+
+def row_consumer_scale(mm: MatMul, k: Stmt) -> int | None:
+    """How many iterations of ``k``'s outermost loop there are per row of ``mm``'s result, if ``k`` is an
+    element-wise kernel that may run on any rows of that result as soon as they are written (None if not).
+
+    That is: no reduction and no scatter; every load of ``mm.out`` at the iteration's own element (the
+    row-major position of its indices, over a domain the size of ``mm.out`` whose outermost loop covers
+    whole rows); and it writes none of the product's operands or result. Each iteration then reads only
+    rows whose product is done once the product's units covering them are."""
+    if not isinstance(k, Kernel) or k.reduce is not None or scatters(k):
+        return None
+    rows = mm.batch * mm.m
+    if not k.domain or k.size != mm.out.size or k.domain[0] % rows:
+        return None
+    if {b.uid for b in k.writes()} & {mm.a.uid, mm.b.uid, mm.out.uid}:
+        return None
+    own = flat_index([ivar(f"i{d}") for d in range(len(k.domain))], row_major_strides(k.domain))
+    loads = [ld for ld in k.loads() if ld.buf.uid == mm.out.uid]
+    if not loads or any(ld.index != own for ld in loads):
+        return None
+    return k.domain[0] // rows
+
 
 class KernelMapper(StmtMutator):
     """Replaces every kernel, nested ones included, by ``fn(kernel)``."""
