@@ -474,10 +474,11 @@ def _row_height(fn: str, s: MatMul) -> int | None:
         return MR
     if fn == "sum_depth":
         return 1
-    if fn == "matmul_split" and s.m >= s.n:  # why m >= n: kernels.blas_split cuts such products by rows
-        from popjit.kernels.blas_split import BLOCK
+    if fn == "matmul_split":
+        # why here: as in _blas_split, which imported it already
+        from popjit.kernels.blas_split import BLOCK, splits_by_rows
 
-        return BLOCK
+        return BLOCK if splits_by_rows(s.m, s.n) else None
     return None
 
 
