@@ -50,12 +50,13 @@ from popjit.kernels.gemm_choice import (
     own_split,
     packed_b_split,
     packing_call,
+    panel_width,
     splits_depth,
     uses_own_gemm,
 )
 from popjit.kernels.threads import threads_to_use
 from popjit.loop.interchange import chunk_rows, interchangeable
-from popjit.loop.passes import row_consumer_scale, scatters
+from popjit.loop.passes import column_blocks, row_consumer_scale, scatters
 
 
 @dataclass(frozen=True)
@@ -145,13 +146,16 @@ class Invoke:
 
 @dataclass
 class Chained:
-    """A split product and the element-wise kernel after it that reads its result row by row
+    """A split product and the element-wise kernel after it that reads its result element by element
     (:func:`~popjit.loop.passes.row_consumer_scale`), run as one split call: each task runs the product
     (``calls[0]``) on a range of its units, then the kernel (``calls[1]``) on the iterations of its
-    outermost loop that read the rows that range wrote, while they are in the core's cache. One
-    parallel region instead of two, and the kernel reads the product's rows from cache, not memory.
-    A unit of the product is ``height`` rows of one ``rows``-row matrix of the batch (``panels`` units
-    a matrix); a row of the result is ``scale`` iterations of the kernel's outermost loop."""
+    outermost loop that read what that range wrote, while it is in the core's cache. One parallel
+    region instead of two, and the kernel reads the product's result from cache, not memory.
+    A unit of a product cut by rows is ``height`` rows of one ``rows``-row matrix of the batch (``panels``
+    units a matrix), and a row of the result ``scale`` iterations of the kernel's outermost loop. A
+    product cut by columns has a kernel whose outermost loop runs over the same blocks of columns
+    (:func:`~popjit.loop.passes.column_blocks`), an iteration a unit: ``panels`` and ``rows`` are the
+    blocks, ``height`` and ``scale`` 1."""
 
     calls: list[Invoke]
     panels: str
@@ -237,7 +241,7 @@ class _Emitter(StmtVisitor):
         self.collective_numbers = {id(c): k for k, c in enumerate(collectives(program))}
         self.context_slot: int | None = None
         self.implicit = plan_implicit(program, numerics)
-        self.row_units: dict[int, tuple[int, int]] = {}  # id of a product's call over rows -> (height, rows)
+        self.units: dict[int, tuple[str, int]] = {}  # id of a product's split call -> ("rows" or "columns", per unit)
 
     def int(self, v: int) -> str:
         self.ints.append(int(v))
@@ -301,30 +305,35 @@ class _Emitter(StmtVisitor):
             j += 1
 
     def chain(self, product: MatMul, after: Stmt) -> bool:
-        """Emit ``after`` chained to ``product``'s last call (just emitted) if it reads ``product``'s rows and
-        both can run over ranges; whether it did."""
-        scale = row_consumer_scale(product, after)
+        """Emit ``after`` chained to ``product``'s last call (just emitted) if it reads what each of that
+        call's units writes as soon as it is written, and both can run over ranges; whether it did."""
         last = self.body[-1] if self.body else None
-        units = self.row_units.get(id(last))
+        axis, per_unit = self.units.get(id(last), (None, 0))
         # why not with traps or stochastic rounding: a trap stops the engine at its compute set, and
         # rounding numbers the calls, in the order the program makes them
-        if (scale is None or units is None or id(after) in self.implicit.skipped or config.get("DISABLE_NUMBA")
+        if (axis is None or id(after) in self.implicit.skipped or config.get("DISABLE_NUMBA")
                 or self.numerics.traps or self.numerics.sr):
             return False
-        assert isinstance(last, Invoke) and isinstance(after, Kernel)
-        self.emit_kernel(after, parallel=True)
-        kernel = self.body[-1]
-        if kernel.split is None:
+        if axis == "rows":
+            kernel, scale = after, row_consumer_scale(product, after)
+            panels, height, rows = -(-product.m // per_unit), per_unit, product.m
+        else:
+            kernel, scale = column_blocks(product, after, per_unit), 1
+            panels, height, rows = product.n // per_unit, 1, product.n // per_unit
+        if kernel is None or scale is None:
+            return False
+        assert isinstance(last, Invoke) and isinstance(kernel, Kernel)
+        self.emit_kernel(kernel, parallel=True)
+        call = self.body[-1]
+        if call.split is None:
             return True  # why True: the kernel is emitted, after the product, as a call of its own
-        height, rows = units
-        self.body[-2:] = [Chained([last, kernel], self.int(-(-rows // height)), self.int(height), self.int(rows),
-                                  self.int(scale))]
+        self.body[-2:] = [Chained([last, call], *map(self.int, (panels, height, rows, scale)))]
         return True
 
-    def rows_of_last_call(self, height: int, rows: int) -> None:
-        """Note that the call just emitted runs over units of ``height`` rows of each ``rows``-row matrix of a
-        product (which :meth:`chain` may chain a kernel to)."""
-        self.row_units[id(self.body[-1])] = (height, rows)
+    def units_of_last_call(self, axis: str, per_unit: int) -> None:
+        """Note that the call just emitted runs a product over units of ``per_unit`` rows or columns (``axis``)
+        of each matrix (which :meth:`chain` may chain a kernel to)."""
+        self.units[id(self.body[-1])] = (axis, per_unit)
 
     def visit_kernel(self, s: Kernel) -> None:
         if id(s) in self.implicit.skipped:
@@ -377,8 +386,8 @@ class _Emitter(StmtVisitor):
         traps = bool(n.inv or n.oflo) and s.out.dtype.is_floating
         # why rounds only without traps: then the check below is the call that advances the number
         self.invoke(fn, args, s.name, rounds=half and n.sr and not traps, split=split, chunks=chunks, planned=planned)
-        if split is not None and (height := _row_height(fn, s)) is not None:
-            self.rows_of_last_call(height, s.m)
+        if split is not None and (units := _split_units(fn, s)) is not None:
+            self.units_of_last_call(*units)
         if not traps:
             return
         check = "product_traps_half" if half else "product_traps_float"
@@ -405,7 +414,7 @@ class _Emitter(StmtVisitor):
                 *map(self.float, r.floats), *map(self.int, (s.batch, s.m, s.n, s.k)), self.int(a.outer_stride),
                 self.float(s.alpha), self.float(s.beta)]
         self.invoke(r.func, args, s.name, split=(plan.units, plan.per_task))
-        self.rows_of_last_call(MR, s.m)
+        self.units_of_last_call("rows", MR)
 
     def computed_deep_product(self, s: MatMul, a: ComputedOperand, r: Rendered) -> None:
         """:meth:`computed_product` of a product cut across its depth: its codelet ``r`` over the chunks, one a
@@ -419,7 +428,7 @@ class _Emitter(StmtVisitor):
         self.invoke(r.func, args, s.name, split=(plan.units, 1))
         self.invoke_gemm_kernel(depth_sum_call(plan, self.buf(s.out), parts, [batch, m, n, chunks],
                                                self.float(s.beta)), s.name)
-        self.rows_of_last_call(1, s.m)
+        self.units_of_last_call("rows", 1)
 
     def invoke_gemm_kernel(self, call: tuple[str, list[str], tuple[int, int]], comment: str) -> None:
         """Call one of :mod:`popjit.kernels.gemm`'s kernels: (its name, its arguments, its split)."""
@@ -467,18 +476,20 @@ def _blas_split(batch: int, m: int, n: int, k: int) -> tuple[tuple[int, int], in
     return None if split is None else (split, chunks_per_thread(batch, m, n, k))
 
 
-def _row_height(fn: str, s: MatMul) -> int | None:
-    """How many rows of each matrix of ``s``'s result a unit of its split call ``fn`` computes, when its units
-    are rows (None when they are columns)."""
+def _split_units(fn: str, s: MatMul) -> tuple[str, int] | None:
+    """What a unit of ``s``'s split call ``fn`` computes of each matrix of its result: ``("rows", n)`` or
+    ``("columns", n)``, ``n`` of them."""
     if fn == "gemm_packed_b":
-        return MR
+        return "rows", MR
     if fn == "sum_depth":
-        return 1
+        return "rows", 1
+    if fn == "gemm_columns_packed_a":
+        return "columns", panel_width(storage_dtype(s.out.dtype).itemsize)
     if fn == "matmul_split":
         # why here: as in _blas_split, which imported it already
         from popjit.kernels.blas_split import BLOCK, splits_by_rows
 
-        return BLOCK if splits_by_rows(s.m, s.n) else None
+        return ("rows" if splits_by_rows(s.m, s.n) else "columns"), BLOCK
     return None
 
 

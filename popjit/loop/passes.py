@@ -164,6 +164,21 @@ def row_consumer_scale(mm: MatMul, k: Stmt) -> int | None:
     return k.domain[0] // rows
 
 
+def column_blocks(mm: MatMul, k: Stmt, width: int) -> Kernel | None:
+    """``k`` with its loops over ``mm``'s result ``[rows, columns]`` reordered so that its outermost loop runs
+    over blocks of ``width`` columns: domain ``[columns / width, rows, width]``, the same stores, each element
+    computed as before. Its iterations then read what a product cut into blocks of ``width`` columns writes,
+    a block each. None unless ``k`` reads the result row by row over its two axes
+    (:func:`row_consumer_scale`), ``mm`` is one matrix and its columns are whole blocks."""
+    if mm.batch != 1 or row_consumer_scale(mm, k) != 1 or len(k.domain) != 2 or k.domain[1] % width:
+        return None
+    assert isinstance(k, Kernel)
+    rows, columns = k.domain
+    renamed: dict[IAtom, ILin] = {IVar("i0"): ivar("i1"), IVar("i1"): ivar("i0") * width + ivar("i2")}
+    stores = [Store(s.buf, s.index.substitute(renamed), s.value.substitute(renamed)) for s in k.stores]
+    return Kernel(k.name, (columns // width, rows, width), stores, None, k.ops).placed_like(k)
+
+
 class KernelMapper(StmtMutator):
     """Replaces every kernel, nested ones included, by ``fn(kernel)``."""
 

@@ -1,8 +1,8 @@
-"""An element-wise kernel that reads a product's result row by row (a bias-add and activation after a dense
-layer or a convolution) runs chained to the product (:class:`popjit.codegen.engine.Chained`): each task runs
-the product on its rows, then the kernel on those rows while they are in its core's cache. The kernel
-computes each element as it does alone, so the results have the bits of the product followed by the
-kernel's operations in NumPy's float32."""
+"""An element-wise kernel that reads a product's result element by element (a bias-add and activation after a
+dense layer or a convolution) runs chained to the product (:class:`popjit.codegen.engine.Chained`): each task
+runs the product on its rows (or blocks of columns), then the kernel on what they wrote while it is in its
+core's cache. The kernel computes each element as it does alone, so the results have the bits of the product
+followed by the kernel's operations in NumPy's float32."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 import popjit.tensorflow as tf
 from popjit import config
 from popjit.kernels.blas import HAVE_CBLAS
-from popjit.kernels.gemm_choice import splits_depth
-from popjit.loop.passes import row_consumer_scale
+from popjit.kernels.gemm_choice import panel_width, splits_depth
+from popjit.loop.passes import column_blocks, row_consumer_scale
 from popjit.pipeline import cache
 from popjit.pipeline.compiler import lower_graph, optimize_graph
 
@@ -51,10 +51,23 @@ def operands(batch: int | None, m: int, k: int, n: int, seed: int) -> tuple[np.n
     return x, w, b, r
 
 
-@settings(max_examples=25, deadline=None)
-@given(batch=st.sampled_from([None, 2, 3]), m=st.integers(1, 150), k=st.integers(1, 70), n=st.integers(1, 90),
-       consumer=st.sampled_from(sorted(CONSUMERS)), seed=st.integers(0, 2**16))
-def test__a_kernel_reading_a_products_rows_is_chained_to_it_and_keeps_its_bits(
+def chained_on_own_gemm(batch: int | None, m: int, k: int, n: int, consumer: str) -> bool:
+    """Whether the own gemm's plan (kernels.gemm_choice.own_split) lets the kernel run chained: a kernel of more
+    than one element after a product cut by rows (at least as tall as wide, or cut across its depth), or, cut
+    by columns, after one matrix whose columns are whole panels, looping over its rows and columns (not one
+    flat loop, as a relu alone is)."""
+    if m * n * (batch or 1) == 1:
+        return False  # why: a kernel of one element has no loop to take ranges of
+    if m >= n or splits_depth(m, n, k):
+        return True
+    return batch is None and m > 1 and n % panel_width(4) == 0 and consumer != "relu"
+
+
+@settings(max_examples=30, deadline=None)
+@given(batch=st.sampled_from([None, None, 2, 3]), m=st.integers(1, 150), k=st.integers(1, 70),
+       n=st.sampled_from([1, 5, 16, 33, 64, 90, 128, 150, 192]), consumer=st.sampled_from(sorted(CONSUMERS)),
+       seed=st.integers(0, 2**16))
+def test__a_kernel_reading_a_products_result_is_chained_to_it_and_keeps_its_bits(
         batch: int | None, m: int, k: int, n: int, consumer: str, seed: int) -> None:
     x, w, b, r = operands(batch, m, k, n, seed)
     cache.clear()  # why: the executable cache does not key on the settings
@@ -62,17 +75,17 @@ def test__a_kernel_reading_a_products_rows_is_chained_to_it_and_keeps_its_bits(
         got, engine = run(consumer, x, w, b, r)
         alone = product(x, w)
     np.testing.assert_array_equal(got, CONSUMERS[consumer][1](alone, b, r))
-    by_rows = m >= n or splits_depth(m, n, k)  # the own gemm's plans over rows (kernels.gemm_choice.own_split)
-    looped = got.size > 1  # why: a kernel of one element has no loop to take ranges of
-    assert ("# chained" in engine) == (by_rows and looped), engine
+    assert ("# chained" in engine) == chained_on_own_gemm(batch, m, k, n, consumer), engine
 
 
 PLANS = [("popjit", 64, 4096, 64, "sum_depth"),  # a deep product's sums over its depth, row by row
-         ("blas", 2048, 9, 32, "matmul_split"), ("blas", 2053, 9, 32, "matmul_split")]  # the system BLAS's blocks
+         ("blas", 2048, 9, 32, "matmul_split"), ("blas", 2053, 9, 32, "matmul_split"),  # the system BLAS's row blocks
+         ("blas", 32, 784, 256, "matmul_split"),  # its blocks of columns (an MLP's first layer, batch 32)
+         ("popjit", 256, 784, 1024, "gemm_columns_packed_a")]  # the own gemm's panels of columns (W2's first layer)
 
 
 @pytest.mark.parametrize(("setting", "m", "k", "n", "callee"), PLANS, ids=[f"{p[0]}-{p[1]}x{p[2]}" for p in PLANS])
-def test__the_other_plans_over_rows_are_chained(setting: str, m: int, k: int, n: int, callee: str) -> None:
+def test__the_other_plans_are_chained(setting: str, m: int, k: int, n: int, callee: str) -> None:
     if setting == "blas" and not HAVE_CBLAS:
         pytest.skip("the system BLAS's split products need a CBLAS")
     x, w, b, r = operands(None, m, k, n, 1)
@@ -101,15 +114,28 @@ def test__which_kernels_read_a_products_rows() -> None:
     assert consumer_scale(lambda x, w: tf.reduce_sum(tf.matmul(x, w), axis=0), x, w) is None
 
 
-def test__without_rows_to_share_the_kernel_runs_after_the_product() -> None:
-    """A product cut by columns (wider than tall) leaves the kernel a call of its own, with the same results."""
-    x, w, b, r = operands(None, 64, 32, 256, 3)
-    cache.clear()
-    with config.context(MATMUL="popjit"):
-        got, engine = run("bias_relu", x, w, b, r)
-        alone = product(x, w)
-    assert "gemm_columns_packed_a" in engine and "# chained" not in engine
-    np.testing.assert_array_equal(got, np.maximum(alone + b, np.float32(0)))
+def test__a_kernel_after_a_product_cut_by_columns_loops_over_its_blocks_first() -> None:
+    """Reordered for a product cut by columns, a bias-add's loops run over blocks of columns, then rows, then
+    the columns of a block, reading and writing the elements they did."""
+    x, w, b, _ = operands(None, 48, 16, 128, 4)
+    program = lower_graph(optimize_graph(tf.function(lambda x, w, b: tf.nn.relu(tf.matmul(x, w) + b),
+                                                     jit_compile=True).get_concrete_function(x, w, b).graph))
+    product_, kernel = program.body[-2:]
+    blocked = column_blocks(product_, kernel, 64)
+    assert blocked is not None and blocked.domain == (2, 48, 64)
+    elements = {}
+    for block in range(2):
+        for row in range(48):
+            for column in range(64):
+                point = {"i0": block, "i1": row, "i2": column}
+                elements[index_at(blocked.stores[0].index, point)] = (row, block * 64 + column)
+    assert elements == {row * 128 + column: (row, column) for row in range(48) for column in range(128)}
+    assert column_blocks(product_, kernel, 48) is None  # 128 columns are not whole blocks of 48
+
+
+def index_at(index, point: dict[str, int]) -> int:
+    """The value of a loop-IR index at a point of its loop variables."""
+    return index.const + sum(coefficient * point[atom.name] for atom, coefficient in index.terms)
 
 
 def test__the_keras_cnns_bias_add_and_relu_are_chained_to_its_convolution_by_default() -> None:
