@@ -534,7 +534,7 @@ class _PythonText:
         """Printed as the two calls it computes the same as (the comment tells the engines apart)."""
         header = len(self.lines)
         self.block(node.calls, depth)
-        self.lines[header] += f"  # chained: each range's rows of {node.rows}, {node.height} a unit, then the next"
+        self.lines[header] += "  # chained: the next call runs on what each range of this one wrote, in its task"
 
     def loop(self, node: Loop, depth: int) -> None:
         self.loops += 1

@@ -142,6 +142,7 @@ def scatters(k: Kernel) -> bool:
                 return True
     return False
 
+
 def row_consumer_scale(mm: MatMul, k: Stmt) -> int | None:
     """How many iterations of ``k``'s outermost loop there are per row of ``mm``'s result, if ``k`` is an
     element-wise kernel that may run on any rows of that result as soon as they are written (None if not).
